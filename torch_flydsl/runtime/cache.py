@@ -1,0 +1,47 @@
+"""Where FlyDSL's kernel cache and our own compile artifacts live.
+
+``FLYDSL_RUNTIME_CACHE_DIR`` wins when the user set it; otherwise the cache goes under
+Inductor's cache dir (so ``TORCHINDUCTOR_CACHE_DIR`` isolation, as vLLM does it, covers it).
+Directories we create are readable by the user alone: they hold compiled code that is loaded
+and executed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _inductor_cache_dir() -> Path:
+    # Imported lazily: it pulls in torch._inductor, which is heavy, and we only need it once
+    # something is compiled.
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir())
+
+
+def private_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        os.chmod(path, 0o700)
+    except PermissionError:
+        pass
+    return path
+
+
+def plugin_cache_root() -> Path:
+    return private_dir(_inductor_cache_dir() / "torch_flydsl")
+
+
+def flydsl_cache_dir() -> Path:
+    user = os.environ.get("FLYDSL_RUNTIME_CACHE_DIR")
+    if user:
+        return Path(user)
+    return private_dir(plugin_cache_root() / "flydsl_cache")
+
+
+def route_flydsl_cache() -> Path:
+    """Point FlyDSL's disk cache at our directory unless the user chose one."""
+    d = flydsl_cache_dir()
+    os.environ.setdefault("FLYDSL_RUNTIME_CACHE_DIR", str(d))
+    return d

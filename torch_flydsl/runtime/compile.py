@@ -1,0 +1,143 @@
+"""Compile a FlyDSL kernel for gfx950 without launching it, on any machine.
+
+Works across the supported FlyDSL releases:
+- 0.4+: ``flyc.compile(fn, *args)`` with placeholder (CPU) tensors returns a ``CompiledFunction``
+  without launching; the artifact is its ``_keepalive``.
+- 0.3.x: ``flyc.compile`` launches unless ``COMPILE_ONLY=1``; then it returns None and the
+  artifact is ``fn._last_compiled[1]``.
+
+FlyDSL reads its configuration from environment variables at compile time, so compiles are
+serialised under one lock while we set ``ARCH``/``FLYDSL_GPU_ARCH``/``ROCM_PATH``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from .artifact import KernelResources, parse_kernel_resources
+from .probe import find_lld, flydsl_has_cpu_safe_compile, flydsl_info
+
+_ENV_LOCK = threading.RLock()
+
+
+class CompileError(RuntimeError):
+    """A FlyDSL compile failed; the message says why (the caller drops just that config)."""
+
+
+@dataclass
+class CompiledKernel:
+    """What one compile-only run produced."""
+
+    arch: str
+    source_ir: str  # traced module before the lowering pipeline
+    ir: str  # final module: gpu.binary with kernel metadata, host launch code
+    kernels: list[KernelResources]
+    seconds: float
+    artifact: Any = field(default=None, repr=False)  # flydsl's CompiledArtifact (private API)
+
+    @property
+    def spills(self) -> int:
+        return sum(k.spills for k in self.kernels)
+
+    @property
+    def lds_bytes(self) -> int:
+        return max((k.lds_bytes for k in self.kernels), default=0)
+
+
+def _rocm_path_with_lld() -> Optional[str]:
+    """A ROCM_PATH whose llvm/bin/ld.lld exists, making a private one around a system lld."""
+    cur = os.environ.get("ROCM_PATH")
+    if cur and (Path(cur) / "llvm" / "bin" / "ld.lld").exists():
+        return cur
+    lld = find_lld()
+    if lld is None:
+        return None
+    if lld.parent.name == "bin" and lld.parent.parent.name == "llvm" and lld.name == "ld.lld":
+        return str(lld.parent.parent.parent)
+    from .cache import private_dir, plugin_cache_root
+
+    fake = private_dir(plugin_cache_root() / "rocm_lld") / "llvm" / "bin"
+    fake.mkdir(parents=True, exist_ok=True)
+    link = fake / "ld.lld"
+    if not link.exists():
+        try:
+            link.symlink_to(lld)
+        except FileExistsError:
+            pass
+    return str(fake.parent.parent)
+
+
+@contextlib.contextmanager
+def _env(values: dict[str, Optional[str]]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def compile_only_env(arch: str = "gfx950") -> Iterator[None]:
+    """Environment under which FlyDSL targets ``arch`` and cannot launch anything."""
+    rocm = _rocm_path_with_lld()
+    if rocm is None:
+        raise CompileError("no ld.lld found: install lld (e.g. apt-get install lld-19) or set ROCM_PATH")
+    with _ENV_LOCK, _env(
+        {
+            "ARCH": arch,
+            "FLYDSL_GPU_ARCH": arch,
+            "ROCM_PATH": rocm,
+            # 0.3.x only stops launching with this; 0.4+ ignores it for flyc.compile.
+            "COMPILE_ONLY": "1",
+        }
+    ):
+        yield
+
+
+def compile_gfx950(jit_fn, *args, arch: str = "gfx950", **kwargs) -> CompiledKernel:
+    """Trace, lower and link ``jit_fn(*args)`` for ``arch``; never launches.
+
+    ``args`` are what the launcher passes (CPU or meta torch tensors stand in for device ones).
+    """
+    info = flydsl_info()
+    if not info.usable:
+        raise CompileError(info.reason or "flydsl unusable")
+    import flydsl.compiler as flyc
+
+    t0 = time.perf_counter()
+    with compile_only_env(arch):
+        try:
+            cf = flyc.compile(jit_fn, *args, **kwargs)
+        except Exception as e:  # FlyDSL raises many types (DSLCompileError, ValueError, ...)
+            raise CompileError(f"{type(e).__name__}: {e}") from e
+        if flydsl_has_cpu_safe_compile() and cf is not None:
+            artifact = cf._keepalive
+        else:
+            last = getattr(jit_fn, "_last_compiled", None)
+            artifact = last[1] if last else None
+    if artifact is None:
+        raise CompileError("flydsl produced no compiled artifact")
+    ir_text = str(artifact.ir)
+    return CompiledKernel(
+        arch=arch,
+        source_ir=str(getattr(artifact, "source_ir", "")),
+        ir=ir_text,
+        kernels=parse_kernel_resources(ir_text),
+        seconds=time.perf_counter() - t0,
+        artifact=artifact,
+    )

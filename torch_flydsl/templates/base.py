@@ -1,0 +1,72 @@
+"""Vocabulary shared by every kernel family: a decline with a reason, and tensor metadata.
+
+A template family never sees Inductor IR nodes or real tensors when deciding eligibility:
+callers describe operands as ``TensorMeta`` (what a layout says), so the same check serves
+Inductor lowering, eager dispatch and the ``explain`` CLI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+# AMD buffer descriptors address at most 2**32 bytes per resource.
+BUFFER_SPAN_LIMIT = 2**32
+# Vector loads need 16-byte aligned origins and leading strides.
+ALIGN_BYTES = 16
+
+
+@dataclass(frozen=True)
+class Decline:
+    """Why a kernel family (or one config of it) does not take a problem.
+
+    ``category`` is a short machine-readable tag (device, dtype, layout, alignment, shape,
+    version, config); ``reason`` is the sentence shown to users.
+    """
+
+    category: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"[{self.category}] {self.reason}"
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Static description of one operand: sizes and strides in elements, offset in elements."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    offset: int = 0
+    device_type: str = "cuda"
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> "TensorMeta":
+        return cls(
+            tuple(t.shape), tuple(t.stride()), t.dtype, t.storage_offset(), t.device.type
+        )
+
+    @classmethod
+    def contiguous(cls, shape, dtype, device_type="cuda", offset=0) -> "TensorMeta":
+        stride, acc = [], 1
+        for s in reversed(shape):
+            stride.append(acc)
+            acc *= max(s, 1)
+        return cls(tuple(shape), tuple(reversed(stride)), dtype, offset, device_type)
+
+    @property
+    def itemsize(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    def byte_span(self) -> int:
+        """Bytes from the tensor's first element to one past its last one."""
+        if any(s == 0 for s in self.shape):
+            return 0
+        last = sum((n - 1) * abs(st) for n, st in zip(self.shape, self.stride))
+        return (last + 1) * self.itemsize
+
+    def replace(self, **kw) -> "TensorMeta":
+        return dataclasses.replace(self, **kw)

@@ -1,0 +1,57 @@
+"""The dense GEMM problem as the kernel family sees it: ``out = alpha * (A @ B) + beta * bias``.
+
+``A`` is ``[M, K]``, ``B`` is ``[K, N]``, ``out`` is ``[M, N]`` row-major. Each input is either
+row-major ("n") or column-major ("t"); the pair names the layout the way BLAS does (``nt`` is
+``A @ W.T`` with ``W`` stored ``[N, K]`` row-major, the ``nn.Linear`` case).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import torch
+
+from ..base import TensorMeta
+
+Major = Literal["row", "col"]
+BiasKind = Optional[Literal["row"]]  # "row": one value per output column, [N] or [M, N] stride (0, 1)
+
+
+def major_of(t: TensorMeta) -> Optional[Major]:
+    """Which 2-D layout a matrix has, or None when neither dimension is unit-stride."""
+    rows, cols = t.shape
+    s0, s1 = t.stride
+    if s1 == 1 or cols == 1:
+        if s0 >= max(cols, 1) or rows == 1:
+            return "row"
+    if s0 == 1 or rows == 1:
+        if s1 >= max(rows, 1) or cols == 1:
+            return "col"
+    return None
+
+
+def leading_stride(t: TensorMeta, major: Major) -> int:
+    return t.stride[0] if major == "row" else t.stride[1]
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    m: int
+    n: int
+    k: int
+    dtype: torch.dtype  # inputs and output share it (bf16 or fp16)
+    a_major: Major = "row"
+    b_major: Major = "row"
+    bias: BiasKind = None
+
+    @property
+    def layout(self) -> str:
+        """BLAS-style layout name: first letter for A, second for B; n = row-major, t = col-major."""
+        f = {"row": "n", "col": "t"}
+        return f[self.a_major] + f[self.b_major]
+
+    @classmethod
+    def from_layout(cls, m, n, k, dtype, layout="nt", bias: BiasKind = None) -> "GemmProblem":
+        g = {"n": "row", "t": "col"}
+        return cls(m, n, k, dtype, g[layout[0]], g[layout[1]], bias)
