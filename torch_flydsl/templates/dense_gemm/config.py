@@ -1,0 +1,255 @@
+"""Tile configurations of the dense GEMM kernel, their search spaces and per-problem checks.
+
+Cheap to import: no FlyDSL, no kernel code. Everything here is plain arithmetic over the
+config fields, so Inductor choice generation and the ``explain`` CLI can call it freely.
+
+The kernel (``kernel.py``) is fixed to one MFMA shape, ``v_mfma_f32_16x16x32_{bf16,f16}``
+on wave64, and stages A/B tiles through LDS with gfx950's async buffer->LDS DMA
+(16 bytes per lane). The constraints below mirror what that kernel needs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, fields
+from typing import Optional
+
+import torch
+
+from ..base import Decline
+from .problem import GemmProblem
+
+# Bump whenever the kernel's source semantics change (it is part of every cache key).
+KERNEL_VERSION = "dense_gemm-1"
+
+WAVE_SIZE = 64
+MMA_M, MMA_N, MMA_K = 16, 16, 32  # v_mfma_f32_16x16x32_{bf16,f16}
+ELEM_BYTES = 2  # bf16 / fp16
+DMA_BYTES = 16  # one async buffer->LDS load moves 16 bytes per lane
+VEC = DMA_BYTES // ELEM_BYTES  # elements per DMA vector
+LDS_LIMIT_BYTES = 160 * 1024  # gfx950 LDS per workgroup
+MAX_THREADS = 1024
+# Accumulator budget per lane (fp32 registers); beyond this the register allocator spills.
+MAX_ACC_REGS_PER_LANE = 128
+SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
+
+
+@dataclass(frozen=True)
+class DenseGemmConfig:
+    """One tile configuration. Every field is a compile-time constant of the kernel."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 64
+    m_waves: int = 2
+    n_waves: int = 2
+    stages: int = 2  # LDS buffers for A/B tiles; stages-1 tiles are in flight ahead of compute
+    group_m: int = 0  # group-M block swizzle for L2 reuse; 0 = row-major block order
+
+    @property
+    def waves(self) -> int:
+        return self.m_waves * self.n_waves
+
+    @property
+    def threads(self) -> int:
+        return self.waves * WAVE_SIZE
+
+    @property
+    def lds_bytes(self) -> int:
+        """Static LDS of the A/B stage buffers (the epilogue does not use LDS)."""
+        return self.stages * (self.block_m + self.block_n) * self.block_k * ELEM_BYTES
+
+    @property
+    def acc_regs_per_lane(self) -> int:
+        return (self.block_m // self.m_waves) * (self.block_n // self.n_waves) // WAVE_SIZE
+
+    def key(self) -> str:
+        return (
+            f"m{self.block_m}n{self.block_n}k{self.block_k}"
+            f"_w{self.m_waves}x{self.n_waves}_s{self.stages}_g{self.group_m}"
+        )
+
+    _KEY_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)_w(\d+)x(\d+)_s(\d+)_g(\d+)$")
+
+    @classmethod
+    def from_key(cls, key: str) -> "DenseGemmConfig":
+        match = cls._KEY_RE.match(key)
+        if match is None:
+            raise ValueError(f"not a dense GEMM config key: {key!r}")
+        names = [f.name for f in fields(cls)]
+        return cls(**dict(zip(names, map(int, match.groups()))))
+
+    def __str__(self) -> str:
+        return self.key()
+
+    def static_problems(self) -> list[str]:
+        """Why this config cannot compile at all (empty when it can). Independent of shapes."""
+        p = []
+        if min(self.block_m, self.block_n, self.block_k, self.m_waves, self.n_waves) <= 0:
+            p.append("tile sizes and wave counts must be positive")
+            return p
+        if self.block_m % (MMA_M * self.m_waves):
+            p.append(f"block_m={self.block_m} is not a multiple of {MMA_M} x m_waves={self.m_waves}")
+        if self.block_n % (MMA_N * self.n_waves):
+            p.append(f"block_n={self.block_n} is not a multiple of {MMA_N} x n_waves={self.n_waves}")
+        if self.block_k % MMA_K:
+            p.append(f"block_k={self.block_k} is not a multiple of the MFMA K={MMA_K}")
+        if self.threads > MAX_THREADS:
+            p.append(f"{self.threads} threads exceed the workgroup limit {MAX_THREADS}")
+        if not 2 <= self.stages <= 4:
+            p.append(f"stages={self.stages} is outside 2..4")
+        if self.group_m < 0:
+            p.append("group_m must be >= 0")
+        if self.lds_bytes > LDS_LIMIT_BYTES:
+            p.append(f"LDS {self.lds_bytes} B exceeds {LDS_LIMIT_BYTES} B")
+        # Each thread issues the same number of 16-byte DMA loads per tile, so every tile must
+        # split evenly over the workgroup (keeps the vmcnt-based stage accounting exact).
+        for name, rows in (("A", self.block_m), ("B", self.block_n)):
+            vectors = rows * self.block_k // VEC
+            if vectors % self.threads:
+                p.append(
+                    f"{name} tile ({rows}x{self.block_k}) has {vectors} 16-byte vectors, "
+                    f"not a multiple of {self.threads} threads"
+                )
+        if not p and self.acc_regs_per_lane > MAX_ACC_REGS_PER_LANE:
+            p.append(
+                f"{self.acc_regs_per_lane} fp32 accumulators per lane exceed {MAX_ACC_REGS_PER_LANE}"
+            )
+        return p
+
+    def is_valid(self) -> bool:
+        return not self.static_problems()
+
+
+BASELINE = DenseGemmConfig(128, 128, 64, 2, 2, 2, 0)
+
+# Hand-picked: decode-sized M (16/32), medium tiles, large tiles, deeper pipelines, group-M.
+CURATED = (
+    BASELINE,
+    DenseGemmConfig(16, 64, 128, 1, 2, 2, 0),
+    DenseGemmConfig(16, 128, 128, 1, 4, 2, 0),
+    DenseGemmConfig(32, 128, 64, 1, 4, 3, 0),
+    DenseGemmConfig(64, 64, 64, 2, 2, 3, 0),
+    DenseGemmConfig(64, 128, 64, 2, 2, 3, 0),
+    DenseGemmConfig(128, 64, 64, 2, 2, 3, 0),
+    DenseGemmConfig(128, 128, 64, 2, 2, 3, 8),
+    DenseGemmConfig(128, 256, 64, 2, 4, 2, 8),
+    DenseGemmConfig(256, 128, 64, 4, 2, 2, 8),
+    DenseGemmConfig(256, 256, 64, 2, 4, 2, 8),
+)
+
+_EXHAUSTIVE_AXES = dict(
+    block_m=(16, 32, 64, 128, 256),
+    block_n=(32, 64, 128, 256),
+    block_k=(32, 64, 128),
+    m_waves=(1, 2, 4),
+    n_waves=(1, 2, 4),
+    stages=(2, 3, 4),
+    group_m=(0, 8),
+)
+
+
+def search_space(breadth: str = "curated") -> list[DenseGemmConfig]:
+    """Configs to try: ``baseline`` (one), ``curated`` (short list) or ``exhaustive``."""
+    if breadth == "baseline":
+        return [BASELINE]
+    if breadth == "curated":
+        return list(CURATED)
+    if breadth == "exhaustive":
+        names = list(_EXHAUSTIVE_AXES)
+        out = []
+        for values in itertools.product(*_EXHAUSTIVE_AXES.values()):
+            cfg = DenseGemmConfig(**dict(zip(names, values)))
+            if cfg.is_valid():
+                out.append(cfg)
+        return out
+    raise ValueError(f"unknown search-space breadth {breadth!r} (baseline, curated, exhaustive)")
+
+
+def config_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]:
+    """Can ``cfg`` compute ``problem`` exactly? None when it can, else a Decline with a reason.
+
+    The kernel handles any M and N (tails are masked on store; out-of-range rows/columns of A/B
+    are clamped and only feed discarded outputs) and any leading strides. It does not handle a
+    K tail: K must be a multiple of block_k. Alignment of pointers and leading strides (16 bytes)
+    and the 32-bit buffer range are properties of the tensors, checked by ``check_operands``.
+    """
+    static = cfg.static_problems()
+    if static:
+        return Decline("config", f"{cfg.key()}: " + "; ".join(static))
+    if problem.dtype not in SUPPORTED_DTYPES:
+        return Decline("dtype", f"dense GEMM supports bf16 and fp16 inputs, got {problem.dtype}")
+    if problem.a_major not in ("row", "col") or problem.b_major not in ("row", "col"):
+        return Decline("layout", f"A and B must each be row- or column-major, got {problem.layout!r}")
+    if problem.bias not in (None, "row"):
+        return Decline("shape", f"unsupported bias kind {problem.bias!r}")
+    if min(problem.m, problem.n, problem.k) <= 0:
+        return Decline("shape", f"empty problem M={problem.m} N={problem.n} K={problem.k}")
+    if problem.k % cfg.block_k:
+        return Decline(
+            "shape",
+            f"{cfg.key()}: K={problem.k} is not a multiple of block_k={cfg.block_k} "
+            "(the kernel has no K tail)",
+        )
+    if problem.m >= 2**31 or problem.n >= 2**31 or problem.k >= 2**31:
+        return Decline("shape", "M, N and K must fit in int32")
+    return None
+
+
+def check_operands(a, b, out=None, bias=None) -> Optional[Decline]:
+    """Tensor-level requirements (``TensorMeta`` arguments), independent of the config.
+
+    * A and B row- or column-major (one unit-stride dim), bf16/fp16, same dtype;
+    * data pointers (storage offsets) and leading strides 16-byte aligned: the kernel moves
+      16-byte vectors along the contiguous dimension;
+    * each operand's byte span below 2**32 (buffer descriptors address 32-bit offsets);
+    * ``out`` row-major [M, N] (any leading stride); ``bias`` [N] or [M, N] with stride (0, 1).
+    """
+    from ..base import ALIGN_BYTES, BUFFER_SPAN_LIMIT
+    from .problem import leading_stride, major_of
+
+    if a.dtype != b.dtype or a.dtype not in SUPPORTED_DTYPES:
+        return Decline("dtype", f"A and B must share dtype bf16 or fp16, got {a.dtype}, {b.dtype}")
+    for name, t in (("A", a), ("B", b)):
+        if len(t.shape) != 2:
+            return Decline("shape", f"{name} must be 2-D, got shape {t.shape}")
+        major = major_of(t)
+        if major is None:
+            return Decline("layout", f"{name} has no unit-stride dimension: strides {t.stride}")
+        ld = leading_stride(t, major)
+        if (t.offset * t.itemsize) % ALIGN_BYTES:
+            return Decline(
+                "alignment", f"{name} storage offset {t.offset} is not {ALIGN_BYTES}-byte aligned"
+            )
+        rows_outer = t.shape[0] if major == "row" else t.shape[1]
+        if rows_outer > 1 and (ld * t.itemsize) % ALIGN_BYTES:
+            return Decline(
+                "alignment", f"{name} leading stride {ld} is not {ALIGN_BYTES}-byte aligned"
+            )
+        if t.byte_span() + ALIGN_BYTES > BUFFER_SPAN_LIMIT:
+            return Decline("shape", f"{name} spans {t.byte_span()} bytes, over the 32-bit buffer range")
+    if a.shape[1] != b.shape[0]:
+        return Decline("shape", f"inner dimensions differ: A {a.shape}, B {b.shape}")
+    if out is not None:
+        if tuple(out.shape) != (a.shape[0], b.shape[1]) or out.dtype != a.dtype:
+            return Decline("shape", f"out must be [M, N] of {a.dtype}, got {out.shape} {out.dtype}")
+        if out.shape[0] > 1 and out.stride[1] != 1 and out.shape[1] > 1:
+            return Decline("layout", f"out must be row-major, got strides {out.stride}")
+        if out.byte_span() + ALIGN_BYTES > BUFFER_SPAN_LIMIT:
+            return Decline("shape", "out spans more than the 32-bit buffer range")
+    if bias is not None:
+        n = b.shape[1]
+        ok = (len(bias.shape) == 1 and bias.shape[0] == n and (bias.stride[0] == 1 or n == 1)) or (
+            len(bias.shape) == 2
+            and tuple(bias.shape) == (a.shape[0], n)
+            and bias.stride[0] == 0
+            and (bias.stride[1] == 1 or n == 1)
+        )
+        if not ok:
+            return Decline(
+                "shape", f"bias must be [N] or [M, N] with stride (0, 1), got {bias.shape} {bias.stride}"
+            )
+        if bias.dtype != a.dtype:
+            return Decline("dtype", f"bias dtype {bias.dtype} differs from {a.dtype}")
+    return None

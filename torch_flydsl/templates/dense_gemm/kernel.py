@@ -1,0 +1,310 @@
+"""The dense GEMM kernel for gfx950: ``out = alpha * (A @ B) + beta * bias[n]``.
+
+One kernel is built per ``KernelSpec`` (tile config, dtype, operand majors, bias on/off); it
+serves every M, N, K (K a multiple of block_k), leading stride and storage offset.
+
+Structure of one workgroup (``m_waves x n_waves`` wave64 waves, one ``block_m x block_n``
+output tile):
+
+* Block order: ``block_idx.x`` is mapped to (pid_m, pid_n), row-major over N, or grouped by
+  ``group_m`` rows of tiles when group-M swizzle is on (better L2 reuse of B).
+* Global -> LDS: gfx950's async buffer->LDS DMA, 16 bytes per lane per instruction. A DMA
+  writes lane ``l`` of a wave to ``lds_base + 16*l``, so LDS positions are fixed by the thread
+  id; each lane therefore *fetches* the global vector that belongs at its LDS position (the
+  XOR swizzle of the LDS layout is an involution, so this is the same swizzle function).
+  ``stages`` LDS buffers per operand; ``stages - 1`` K tiles are in flight ahead of compute,
+  tracked with ``s_waitcnt vmcnt`` (every thread issues the same number of DMAs per tile).
+* LDS -> registers: FlyDSL tiled copies matched to the MFMA operand layouts. An operand whose
+  K dimension is contiguous in memory (row-major A, column-major B) sits in LDS K-contiguous
+  and is read with 16-byte ``ds_read_b128``; an operand contiguous along M/N sits in LDS
+  M/N-contiguous and is read with gfx950's transposing ``ds_read_b64_tr_b16``.
+* MFMA ``v_mfma_f32_16x16x32_{bf16,f16}``, fp32 accumulators.
+* Epilogue: ``alpha * acc + beta * bias[col]`` in fp32, rounded to the input dtype, stored
+  with per-element masks ``row < M and col < N`` (no out-of-bounds writes).
+
+Tails: rows of A beyond M and columns of B beyond N are never fetched from outside the
+operand: the row/column index of each DMA vector is clamped to 0 when out of range. The
+values loaded there only feed accumulator rows/columns that are masked at the store. A
+vector that starts in range but runs past M (column-major A) or N (row-major B) reads
+padding or the buffer's zero-fill, which again only feeds masked outputs. Buffer descriptors
+carry the operand's true extent rounded up to 16 bytes (a 16-byte aligned vector never
+crosses a page, so reading up to its end is safe). K tails are not supported.
+"""
+
+# No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from .config import DMA_BYTES, MMA_K, MMA_M, MMA_N, VEC, WAVE_SIZE, DenseGemmConfig
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything that selects one compiled kernel."""
+
+    cfg: DenseGemmConfig
+    dtype: torch.dtype
+    a_major: str  # "row" (K contiguous) or "col" (M contiguous)
+    b_major: str  # "row" (N contiguous) or "col" (K contiguous)
+    has_bias: bool
+
+    @property
+    def layout(self) -> str:
+        f = {"row": "n", "col": "t"}
+        return f[self.a_major] + f[self.b_major]
+
+    @property
+    def name(self) -> str:
+        d = {torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
+        return f"flydsl_dense_gemm_{d}_{self.layout}_{self.cfg.key()}_b{int(self.has_bias)}"
+
+
+def _swizzle_for(rows_contig: bool, rows: int, block_k: int):
+    """(B, M, S) of the XOR swizzle applied to an LDS tile, or None.
+
+    K-contiguous tiles: XOR the 16-byte chunk index (bits 3..5 of the element offset) with the
+    next three offset bits, so the 8 rows a ds_read_b128 wavefront phase touches hit distinct
+    banks. M/N-contiguous tiles read with ds_read_b64_tr_b16 keep 16-element groups intact
+    and XOR K bits into bits 4..6.
+    """
+    if not rows_contig:
+        return (3, 3, 3)
+    if rows in (64, 128, 256):
+        return (2, 4, {64: 2, 128: 3, 256: 4}[rows])
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def build(spec: KernelSpec):
+    """The ``@flyc.jit`` launcher for ``spec``.
+
+    Signature: ``launch(out, a, b, bias, m, n, k, lda, ldb, ldc, alpha, beta, stream)`` with
+    ``out``/``a``/``b``/``bias`` 1-D unit-stride views starting at each operand's first
+    element (see ``launcher.flat_operand``), ints for sizes/strides (elements) and floats for
+    alpha/beta. Grid ``(ceil(M/block_m) * ceil(N/block_n), 1, 1)``, block ``(threads, 1, 1)``.
+    """
+    import flydsl.compiler as flyc
+    import flydsl.expr as fx
+    from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
+
+    cfg = spec.cfg
+    BM, BN, BK = cfg.block_m, cfg.block_n, cfg.block_k
+    S = cfg.stages
+    THREADS = cfg.threads
+    GROUP_M = cfg.group_m
+    HAS_BIAS = spec.has_bias
+    # "K-contiguous" per operand, in the (rows, K) view the MMA uses: A is (M, K), B is (N, K).
+    A_K_CONTIG = spec.a_major == "row"
+    B_K_CONTIG = spec.b_major == "col"
+    A_ITERS = BM * BK // VEC // THREADS  # DMA instructions per thread per A tile
+    B_ITERS = BN * BK // VEC // THREADS
+    LOADS_PER_TILE = A_ITERS + B_ITERS
+    ELEM_IS_F16 = spec.dtype == torch.float16
+
+    def elem_type():
+        return fx.Float16 if ELEM_IS_F16 else fx.BFloat16
+
+    def lds_layout(rows, k_contig):
+        """(rows, BK) LDS tile layout: K-contiguous or rows-contiguous, XOR-swizzled."""
+        base = fx.make_ordered_layout((rows, BK), (1, 0) if k_contig else (0, 1))
+        sw = _swizzle_for(not k_contig, rows, BK)
+        if sw is None:
+            return base
+        return fx.make_composed_layout(fx.static(fx.SwizzleType.get(*sw)), base)
+
+    @flyc.kernel(name=spec.name, known_block_size=[THREADS, 1, 1])
+    def dense_gemm_kernel(
+        out: fx.Tensor,
+        a: fx.Tensor,
+        b: fx.Tensor,
+        bias: fx.Tensor,
+        m: fx.Int32,
+        n: fx.Int32,
+        k: fx.Int32,
+        lda: fx.Int32,
+        ldb: fx.Int32,
+        ldc: fx.Int32,
+        alpha: fx.Float32,
+        beta: fx.Float32,
+    ):
+        elem = elem_type()
+        tid = fx.thread_idx.x
+        pid = fx.block_idx.x
+
+        # ---- block order -------------------------------------------------------------
+        num_pid_m = (m + BM - 1) // BM
+        num_pid_n = (n + BN - 1) // BN
+        if const_expr(GROUP_M > 0):
+            per_group = num_pid_n * GROUP_M
+            group_id = pid // per_group
+            first_m = group_id * GROUP_M
+            rest_m = num_pid_m - first_m
+            group_rows = (rest_m < GROUP_M).select(rest_m, GROUP_M)
+            in_group = pid % per_group
+            pid_m = first_m + in_group % group_rows
+            pid_n = in_group // group_rows
+        else:
+            pid_m = pid // num_pid_n
+            pid_n = pid % num_pid_n
+        m0 = pid_m * BM
+        n0 = pid_n * BN
+        k_tiles = k // BK
+
+        # ---- LDS ---------------------------------------------------------------------
+        @fx.struct
+        class SharedAB:
+            a: fx.Array[elem, S * BM * BK, 16]
+            b: fx.Array[elem, S * BN * BK, 16]
+
+        storage = fx.SharedAllocator().allocate(SharedAB)
+        smem_a = storage.a.peek().ptr
+        smem_b = storage.b.peek().ptr
+        a_layout = lds_layout(BM, A_K_CONTIG)
+        b_layout = lds_layout(BN, B_K_CONTIG)
+
+        # ---- global buffers (extent rounded up to whole 16-byte vectors) -------------
+        def buffer_of(t):
+            n_elems = fx.Int64(fx.get_scalar(fx.size(fx.get_layout(t))))
+            n_bytes = (n_elems * 2 + (DMA_BYTES - 1)) // DMA_BYTES * DMA_BYTES
+            return rocdl.make_buffer_tensor(t, num_records_bytes=n_bytes)
+
+        a_buf = buffer_of(a)
+        b_buf = buffer_of(b)
+        out_buf = buffer_of(out)
+        if const_expr(HAS_BIAS):
+            bias_buf = buffer_of(bias)
+
+        # ---- async global -> LDS ------------------------------------------------------
+        dma = fx.make_copy_atom(rocdl.cdna4.BufferLoadAsyncLDS128b(), 128)
+        # LDS byte offset of this wave's first lane; DMA destinations must be wave-uniform.
+        wave_elems = rocdl.readfirstlane(
+            fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE * VEC)
+        )
+        unit = fx.make_layout(1, 1)
+
+        def load_tile(src_buf, lds_stage, layout, rows, k_contig, iters, row0, row_bound, ld, kt):
+            """DMA one (rows x BK) tile starting at (row0, kt*BK) into an LDS stage buffer."""
+            lds_ptr = lds_stage + fx.Int32(wave_elems)
+            k0 = kt * BK
+            for i in range_constexpr(iters):
+                vid = i * THREADS + tid
+                if const_expr(k_contig):
+                    # Unswizzled coordinate of this lane's LDS slot, then the swizzled offset =
+                    # the logical element that lives at that slot.
+                    slot_r = vid // (BK // VEC)
+                    slot_c = vid % (BK // VEC) * VEC
+                    logical = fx.get_scalar(fx.crd2idx((slot_r, slot_c), layout))
+                    r = logical // BK
+                    c = logical % BK
+                    g_row = row0 + r
+                    g_row = (g_row < row_bound).select(g_row, 0)
+                    offset = g_row * ld + (k0 + c)
+                else:
+                    slot_r = vid % (rows // VEC) * VEC
+                    slot_c = vid // (rows // VEC)
+                    logical = fx.get_scalar(fx.crd2idx((slot_r, slot_c), layout))
+                    r = logical % rows
+                    c = logical // rows
+                    g_row = row0 + r
+                    g_row = (g_row < row_bound).select(g_row, 0)
+                    offset = (k0 + c) * ld + g_row
+                src = fx.make_view(fx.get_iter(src_buf) + offset, unit)
+                dst = fx.make_view(lds_ptr + i * THREADS * VEC, unit)
+                fx.copy_atom_call(dma, src, dst)
+
+        def load_stage(kt, stage):
+            load_tile(a_buf, smem_a + stage * (BM * BK), a_layout, BM, A_K_CONTIG, A_ITERS,
+                      m0, m, lda, kt)
+            load_tile(b_buf, smem_b + stage * (BN * BK), b_layout, BN, B_K_CONTIG, B_ITERS,
+                      n0, n, ldb, kt)
+
+        # ---- MMA and LDS -> register copies ------------------------------------------
+        mma_atom = fx.make_mma_atom(rocdl.MFMA(MMA_M, MMA_N, MMA_K, elem))
+        tiled_mma = fx.make_tiled_mma(
+            mma_atom, fx.make_layout((cfg.m_waves, cfg.n_waves, 1), (cfg.n_waves, 1, 0))
+        )
+        thr_mma = tiled_mma.thr_slice(tid)
+        read_k = fx.make_copy_atom(fx.UniversalCopy128b(), elem)
+        read_tr = fx.make_copy_atom(rocdl.cdna4.LDSReadTrans16_64b(), elem)
+        a_read = read_k if const_expr(A_K_CONTIG) else read_tr
+        b_read = read_k if const_expr(B_K_CONTIG) else read_tr
+        thr_copy_a = fx.make_tiled_copy_A(a_read, tiled_mma).get_slice(tid)
+        thr_copy_b = fx.make_tiled_copy_B(b_read, tiled_mma).get_slice(tid)
+
+        frag_a = thr_mma.make_fragment_A(fx.make_view(smem_a, a_layout))
+        frag_b = thr_mma.make_fragment_B(fx.make_view(smem_b, b_layout))
+        frag_a_dst = thr_copy_a.retile(frag_a)
+        frag_b_dst = thr_copy_b.retile(frag_b)
+        c_rows = fx.make_view(0, fx.make_layout((BM, BN), (1, 0)))
+        c_cols = fx.make_view(0, fx.make_layout((BM, BN), (0, 1)))
+        # make_fragment_C only reads the shape of its argument; any (BM, BN) memref will do.
+        acc = thr_mma.make_fragment_C(
+            fx.make_view(fx.get_iter(out_buf), fx.make_layout((BM, BN), (1, BM)))
+        )
+        acc.fill(0.0)
+
+        def compute_stage(stage):
+            s_a = thr_copy_a.partition_S(fx.make_view(smem_a + stage * (BM * BK), a_layout))
+            s_b = thr_copy_b.partition_S(fx.make_view(smem_b + stage * (BN * BK), b_layout))
+            for kk in range_constexpr(BK // MMA_K):
+                fx.copy(a_read, s_a[None, None, kk], frag_a_dst[None, None, kk])
+                fx.copy(b_read, s_b[None, None, kk], frag_b_dst[None, None, kk])
+                fx.gemm(tiled_mma, acc, frag_a[None, None, kk], frag_b[None, None, kk], acc)
+
+        # ---- software pipeline -------------------------------------------------------
+        # Prologue: tiles 0..S-2 into stages 0..S-2. Tile indices are clamped to the last
+        # tile so every thread always issues the same DMA count (exact vmcnt accounting);
+        # a clamped tile lands in a stage that is never read.
+        last_tile = k_tiles - 1
+        for s in range_constexpr(S - 1):
+            t = (last_tile < s).select(last_tile, s)
+            load_stage(t, s)
+        for kt in range(k_tiles):
+            # Tile kt has landed once at most the S-2 younger tiles are outstanding.
+            rocdl.s_waitcnt(vmcnt=(S - 2) * LOADS_PER_TILE)
+            # Everyone's DMA for tile kt is visible, and everyone finished reading the stage
+            # that the next DMA overwrites (it held tile kt-1).
+            gpu.barrier()
+            nxt = kt + (S - 1)
+            nxt = (nxt < k_tiles).select(nxt, last_tile)
+            load_stage(nxt, nxt % S)
+            compute_stage(kt % S)
+        rocdl.s_waitcnt(vmcnt=0)
+
+        # ---- epilogue ----------------------------------------------------------------
+        rows = thr_mma.partition_C(c_rows)
+        cols = thr_mma.partition_C(c_cols)
+        for i in range_constexpr(fx.size(acc.shape).unpack()):
+            row = m0 + fx.get_scalar(rows[i])
+            col = n0 + fx.get_scalar(cols[i])
+            val = acc[i] * alpha
+            if const_expr(HAS_BIAS):
+                safe_col = (col < n).select(col, 0)
+                val = val + bias_buf[safe_col].to(fx.Float32) * beta
+            if (row < m) and (col < n):
+                fx.ptr_store(val.to(elem), fx.get_iter(out_buf) + (row * ldc + col))
+
+    @flyc.jit
+    def launch(
+        out: fx.Tensor,
+        a: fx.Tensor,
+        b: fx.Tensor,
+        bias: fx.Tensor,
+        m: fx.Int32,
+        n: fx.Int32,
+        k: fx.Int32,
+        lda: fx.Int32,
+        ldb: fx.Int32,
+        ldc: fx.Int32,
+        alpha: fx.Float32,
+        beta: fx.Float32,
+        stream: fx.Stream = fx.Stream(None),
+    ):
+        grid_x = ((m + BM - 1) // BM) * ((n + BN - 1) // BN)
+        dense_gemm_kernel(out, a, b, bias, m, n, k, lda, ldb, ldc, alpha, beta).launch(
+            grid=(grid_x, 1, 1), block=(THREADS, 1, 1), stream=stream
+        )
+
+    return launch
