@@ -1,0 +1,121 @@
+"""An ``InductorChoices`` layer that appends FlyDSL choices to mm/addmm.
+
+Installed through ``config.inductor_choices_class``. When another package already set that
+factory to a class, we subclass theirs (our layer calls ``super()``), so both apply; we never
+replace it. The factory is a ``functools.partial`` carrying our version fingerprint because
+torch 2.11 keys the FX-graph cache on the pickled factory; 2.13+ call ``uuid()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+from torch._inductor.choices import InductorChoices
+from torch._inductor.virtualized import V
+
+from .._log import log
+from .extern import extern_choice
+from .offer import log_offer, plan
+from .versions import fingerprint
+
+_OP_FOR = {"mm": "dense_mm_out", "addmm": "dense_addmm_out"}
+
+
+def _node_label(op_name: str) -> str:
+    node = getattr(V.graph, "current_node", None)
+    return f"{op_name} node {getattr(node, 'name', '?')}"
+
+
+class FlyDSLChoicesMixin:
+    _flydsl_local = threading.local()
+
+    def get_template_configs(self, kernel_inputs, templates, op_name, kwarg_overrides=None):
+        offer = self._flydsl_offer(kernel_inputs, op_name)
+        fixing = bool(offer and offer.configs)
+        FlyDSLChoicesMixin._flydsl_local.fix_layout = fixing
+        try:
+            choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
+        finally:
+            FlyDSLChoicesMixin._flydsl_local.fix_layout = False
+        if fixing:
+            choices.extend(self._flydsl_bind(kernel_inputs, op_name, offer))
+        return choices
+
+    def _need_to_fix_layout(self, adjusted_choices, op_name):
+        # Our kernels write a row-major output with known strides: with FlyDSL in the list, the
+        # output layout must be fixed for every choice, as it is for Triton templates.
+        if getattr(FlyDSLChoicesMixin._flydsl_local, "fix_layout", False):
+            return True
+        return super()._need_to_fix_layout(adjusted_choices, op_name)
+
+    def uuid(self):
+        base = super().uuid() if hasattr(super(), "uuid") else None
+        return (fingerprint(), base)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _flydsl_offer(self, kernel_inputs, op_name):
+        if op_name not in _OP_FOR:
+            return None
+        nodes = kernel_inputs.nodes()
+        layout = kernel_inputs.output_layout(flexible=False)
+        if op_name == "addmm" and list(nodes[0].get_size()) != list(layout.size):
+            # tuned_addmm asks several times per node; we join the call whose bias is already
+            # expanded to [M, N], which is what autotuning benchmarks every choice with.
+            return None
+        current = getattr(V.graph, "current_node", None)
+        seen = V.graph.__dict__.setdefault("_torch_flydsl_offered", set())
+        if current is not None:
+            if current in seen:
+                return None
+            seen.add(current)
+        offer = plan(op_name, nodes, layout, dict(getattr(kernel_inputs, "_scalars", {}) or {}))
+        log_offer(offer, _node_label(op_name))
+        return offer
+
+    def _flydsl_bind(self, kernel_inputs, op_name, offer):
+        choice = extern_choice(_OP_FOR[op_name])
+        layout = kernel_inputs.output_layout(flexible=False)
+        kwargs = {}
+        if op_name == "addmm":
+            scalars = getattr(kernel_inputs, "_scalars", {}) or {}
+            kwargs = {"alpha": float(scalars.get("alpha", 1)), "beta": float(scalars.get("beta", 1))}
+        callers = []
+        for cfg in offer.configs:
+            caller = choice.bind(kernel_inputs.nodes(), layout, cfg=cfg.key(), **kwargs)
+            caller.description = f"FlyDSL {cfg.key()}"
+            isolate_failures(caller, cfg.key())
+            callers.append(caller)
+        return callers
+
+
+def isolate_failures(caller, label: str) -> None:
+    """A config that fails to compile or run loses autotuning (infinite time) instead of
+    failing the whole compile; the reason goes to the torch_flydsl logger."""
+    benchmark = caller.benchmark
+
+    def guarded_benchmark(*args, **kwargs):
+        try:
+            return benchmark(*args, **kwargs)
+        except Exception as e:  # any failure of ours must leave the other choices standing
+            log.warning("FlyDSL config %s dropped: %s: %s", label, type(e).__name__, e)
+            return float("inf")
+
+    caller.benchmark = guarded_benchmark
+
+
+@functools.lru_cache(maxsize=None)
+def composed_class(base: type) -> type:
+    if issubclass(base, FlyDSLChoicesMixin):
+        return base
+    return type(f"FlyDSL{base.__name__}", (FlyDSLChoicesMixin, base), {"__module__": __name__})
+
+
+def make_choices(base: type = InductorChoices, version: tuple = ()) -> InductorChoices:
+    """The factory Inductor calls (through a partial that also pins ``version``)."""
+    return composed_class(base)()
+
+
+def is_ours(factory) -> bool:
+    return isinstance(factory, functools.partial) and factory.func is make_choices

@@ -1,0 +1,123 @@
+"""Decide, per GEMM node, which FlyDSL configs to offer, and say why when none.
+
+Inputs come from Inductor IR; everything after ``TensorMeta`` is the template family's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import sympy
+import torch
+
+from .. import config
+from .._log import log
+from ..runtime.launch_guard import device_decline
+from ..runtime.probe import flydsl_info
+from ..templates.base import Decline, TensorMeta
+from ..templates.dense_gemm.config import config_fits, search_space
+from ..templates.dense_gemm.eligibility import check_problem
+from ..templates.dense_gemm.config import DenseGemmConfig
+
+OPS = ("mm", "addmm")
+
+
+@dataclass
+class Offer:
+    op_name: str
+    configs: list[DenseGemmConfig] = field(default_factory=list)
+    declined: list[tuple[Optional[DenseGemmConfig], Decline]] = field(default_factory=list)
+
+    def decline(self, category: str, reason: str) -> "Offer":
+        self.declined.append((None, Decline(category, reason)))
+        return self
+
+
+def _static_int(x) -> Optional[int]:
+    if isinstance(x, int):
+        return x
+    if isinstance(x, sympy.Integer):
+        return int(x)
+    return None
+
+
+def tensor_meta(node) -> Optional[TensorMeta]:
+    """TensorMeta of an IR node, or None when any size/stride/offset is symbolic."""
+    layout = node.get_layout()
+    size = [_static_int(s) for s in node.get_size()]
+    stride = [_static_int(s) for s in node.get_stride()]
+    offset = _static_int(layout.offset)
+    if None in size or None in stride or offset is None:
+        return None
+    device = node.get_device()
+    return TensorMeta(tuple(size), tuple(stride), node.get_dtype(), offset, device.type if device else "cpu")
+
+
+def inductor_gate() -> Optional[Decline]:
+    """Reasons that hold for every node of this compile."""
+    from torch._inductor import config as ic
+    from torch._inductor.virtualized import V
+
+    if not config.backends_include_flydsl(ic.max_autotune_gemm_backends):
+        return Decline("config", "FLYDSL is not in max_autotune_gemm_backends")
+    if not (ic.max_autotune or ic.max_autotune_gemm):
+        return Decline("config", "max-autotune is off")
+    if getattr(V.graph, "cpp_wrapper", False) or getattr(V.graph, "aot_mode", False):
+        return Decline("config", "cpp_wrapper / AOTInductor codegen is not supported yet")
+    info = flydsl_info()
+    if not info.usable:
+        return Decline("version", info.reason or "flydsl unusable")
+    return None
+
+
+def plan(op_name: str, nodes: list[Any], layout, scalars: dict) -> Offer:
+    offer = Offer(op_name)
+    if op_name not in OPS:
+        return offer.decline("op", f"{op_name} has no FlyDSL family")
+    d = inductor_gate()
+    if d:
+        offer.declined.append((None, d))
+        return offer
+    device = layout.device
+    reason = device_decline(device)
+    if reason:
+        return offer.decline("device", reason)
+    metas = [tensor_meta(n) for n in nodes]
+    out_meta = TensorMeta(
+        tuple(_static_int(s) for s in layout.size), tuple(_static_int(s) for s in layout.stride),
+        layout.dtype, _static_int(layout.offset) or 0, device.type,
+    )
+    if any(m is None for m in metas) or None in out_meta.shape or None in out_meta.stride:
+        return offer.decline("shape", "dynamic (symbolic) shapes or strides are not supported")
+    if op_name == "addmm":
+        alpha, beta = scalars.get("alpha", 1), scalars.get("beta", 1)
+        if not all(isinstance(s, (int, float)) for s in (alpha, beta)):
+            return offer.decline("shape", "symbolic alpha/beta")
+        bias, a, b = metas
+    else:
+        (a, b), bias = metas, None
+    problem = check_problem(a, b, out_meta, bias)
+    if isinstance(problem, Decline):
+        offer.declined.append((None, problem))
+        return offer
+    from torch._inductor import config as ic
+
+    breadth = config.autotune_breadth(getattr(ic, "max_autotune_gemm_search_space", "DEFAULT"))
+    for cfg in search_space(breadth):
+        why = config_fits(cfg, problem)
+        if why is None:
+            offer.configs.append(cfg)
+        else:
+            offer.declined.append((cfg, why))
+    return offer
+
+
+def log_offer(offer: Offer, where: str) -> None:
+    if offer.configs:
+        log.info("%s: offering %d FlyDSL config(s): %s", where, len(offer.configs), ", ".join(c.key() for c in offer.configs))
+    for cfg, d in offer.declined:
+        if cfg is None:
+            log.info("%s: no FlyDSL choice: %s", where, d)
+        else:
+            log.debug("%s: config %s declined: %s", where, cfg.key(), d)
