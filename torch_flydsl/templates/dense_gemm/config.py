@@ -173,7 +173,8 @@ def config_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]
     The kernel handles any M and N (tails are masked on store; out-of-range rows/columns of A/B
     are clamped and only feed discarded outputs) and any leading strides. It does not handle a
     K tail: K must be a multiple of block_k. Alignment of pointers and leading strides (16 bytes)
-    and the 32-bit buffer range are properties of the tensors, checked by ``check_operands``.
+    and the 32-bit buffer range are properties of the tensors, checked by the family's
+    eligibility gate (``eligibility.py``), not here.
     """
     static = cfg.static_problems()
     if static:
@@ -194,62 +195,4 @@ def config_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]
         )
     if problem.m >= 2**31 or problem.n >= 2**31 or problem.k >= 2**31:
         return Decline("shape", "M, N and K must fit in int32")
-    return None
-
-
-def check_operands(a, b, out=None, bias=None) -> Optional[Decline]:
-    """Tensor-level requirements (``TensorMeta`` arguments), independent of the config.
-
-    * A and B row- or column-major (one unit-stride dim), bf16/fp16, same dtype;
-    * data pointers (storage offsets) and leading strides 16-byte aligned: the kernel moves
-      16-byte vectors along the contiguous dimension;
-    * each operand's byte span below 2**32 (buffer descriptors address 32-bit offsets);
-    * ``out`` row-major [M, N] (any leading stride); ``bias`` [N] or [M, N] with stride (0, 1).
-    """
-    from ..base import ALIGN_BYTES, BUFFER_SPAN_LIMIT
-    from .problem import leading_stride, major_of
-
-    if a.dtype != b.dtype or a.dtype not in SUPPORTED_DTYPES:
-        return Decline("dtype", f"A and B must share dtype bf16 or fp16, got {a.dtype}, {b.dtype}")
-    for name, t in (("A", a), ("B", b)):
-        if len(t.shape) != 2:
-            return Decline("shape", f"{name} must be 2-D, got shape {t.shape}")
-        major = major_of(t)
-        if major is None:
-            return Decline("layout", f"{name} has no unit-stride dimension: strides {t.stride}")
-        ld = leading_stride(t, major)
-        if (t.offset * t.itemsize) % ALIGN_BYTES:
-            return Decline(
-                "alignment", f"{name} storage offset {t.offset} is not {ALIGN_BYTES}-byte aligned"
-            )
-        rows_outer = t.shape[0] if major == "row" else t.shape[1]
-        if rows_outer > 1 and (ld * t.itemsize) % ALIGN_BYTES:
-            return Decline(
-                "alignment", f"{name} leading stride {ld} is not {ALIGN_BYTES}-byte aligned"
-            )
-        if t.byte_span() + ALIGN_BYTES > BUFFER_SPAN_LIMIT:
-            return Decline("shape", f"{name} spans {t.byte_span()} bytes, over the 32-bit buffer range")
-    if a.shape[1] != b.shape[0]:
-        return Decline("shape", f"inner dimensions differ: A {a.shape}, B {b.shape}")
-    if out is not None:
-        if tuple(out.shape) != (a.shape[0], b.shape[1]) or out.dtype != a.dtype:
-            return Decline("shape", f"out must be [M, N] of {a.dtype}, got {out.shape} {out.dtype}")
-        if out.shape[0] > 1 and out.stride[1] != 1 and out.shape[1] > 1:
-            return Decline("layout", f"out must be row-major, got strides {out.stride}")
-        if out.byte_span() + ALIGN_BYTES > BUFFER_SPAN_LIMIT:
-            return Decline("shape", "out spans more than the 32-bit buffer range")
-    if bias is not None:
-        n = b.shape[1]
-        ok = (len(bias.shape) == 1 and bias.shape[0] == n and (bias.stride[0] == 1 or n == 1)) or (
-            len(bias.shape) == 2
-            and tuple(bias.shape) == (a.shape[0], n)
-            and bias.stride[0] == 0
-            and (bias.stride[1] == 1 or n == 1)
-        )
-        if not ok:
-            return Decline(
-                "shape", f"bias must be [N] or [M, N] with stride (0, 1), got {bias.shape} {bias.stride}"
-            )
-        if bias.dtype != a.dtype:
-            return Decline("dtype", f"bias dtype {bias.dtype} differs from {a.dtype}")
     return None

@@ -1,4 +1,4 @@
-"""Float64 reference of the dense GEMM family: ``alpha * (A @ B) + beta * bias``."""
+"""float64 reference of the dense GEMM family: ``alpha * (a @ b) + beta * bias``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,19 @@ import torch
 
 
 def reference(
-    a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, alpha: float = 1.0, beta: float = 1.0
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    alpha: float = 1.0,
+    beta: float = 1.0,
 ) -> torch.Tensor:
-    out = alpha * (a.double() @ b.double())
+    """Exact-as-possible result on the CPU in float64 (inputs are upcast, not rounded).
+
+    ``bias`` is ``[N]`` or ``[M, N]`` (e.g. an expanded ``[N]`` with stride ``(0, 1)``); it is
+    broadcast over rows. Compare the kernel's output (rounded once to bf16/fp16 from an fp32
+    accumulator) against this with a tolerance that scales with ``sqrt(K)``.
+    """
+    out = alpha * (a.detach().to("cpu", torch.float64) @ b.detach().to("cpu", torch.float64))
     if bias is not None:
-        out = out + beta * bias.double().expand_as(out)
+        out = out + beta * bias.detach().to("cpu", torch.float64)
     return out
