@@ -1,0 +1,81 @@
+"""``emulate()``: compile a FlyDSL jit function for gfx950 and run it on the CPU tensors passed."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional, Sequence, Tuple
+
+from .capture import capture
+from .checker import Findings
+from .executor import EmulationReport, compiled_program, run_host, run_launch
+from .memory import GlobalMemory, tensor_span
+
+
+def _collect_tensors(obj, out, depth=0):
+    import torch
+
+    if depth > 6:
+        return
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+        return
+    for attr in ("torch_tensor", "dltensor"):
+        inner = getattr(obj, attr, None)
+        if isinstance(inner, torch.Tensor):
+            out.append(inner)
+            return
+    if isinstance(obj, (list, tuple)):
+        for x in obj:
+            _collect_tensors(x, out, depth + 1)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            _collect_tensors(x, out, depth + 1)
+    else:
+        try:
+            from flydsl.expr.struct import _runtime_fields, is_struct_type
+
+            if is_struct_type(type(obj)):
+                for _name, v in _runtime_fields(obj):
+                    _collect_tensors(v, out, depth + 1)
+        except Exception:
+            pass
+
+
+def emulate(
+    jit_fn,
+    args: Sequence[Any],
+    kwargs: Optional[dict] = None,
+    *,
+    check: bool = True,
+    tensors: Iterable = (),
+    workgroups: Optional[Iterable[Tuple[int, int, int]]] = None,
+) -> EmulationReport:
+    """Run ``jit_fn(*args, **kwargs)`` on the CPU with gfx950 semantics.
+
+    The jit function is compiled for gfx950 (never launched); its host code is interpreted to
+    find the kernel launches (grid, block, dynamic LDS) and each launch is emulated, writing
+    results into the CPU tensors in ``args``. Every tensor reachable from ``args`` (plus
+    ``tensors``) is valid global memory; other accesses are reported out of bounds.
+    ``workgroups`` restricts execution to some workgroup ids (for speed). With ``check`` the
+    LDS race / async-wait / uninitialized-read checker runs as well.
+    """
+    kwargs = dict(kwargs or {})
+    for t in list(args) + list(kwargs.values()) + list(tensors):
+        import torch
+
+        if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+            raise ValueError("emulate() runs on CPU tensors only")
+    captured = capture(jit_fn, *args, **kwargs)
+    found = []
+    _collect_tensors(list(args) + list(kwargs.values()) + list(tensors), found)
+    spans = []
+    for i, t in enumerate(found):
+        s, e = tensor_span(t)
+        spans.append((s, e, f"tensor{i}{tuple(t.shape)}"))
+    mem = GlobalMemory(spans)
+    cp = compiled_program(captured)
+    findings = Findings()
+    report = EmulationReport()
+    for launch in run_host(cp, captured.slots):
+        report.launches.append(run_launch(cp, launch, mem, findings, check=check, workgroups=workgroups))
+    report.findings = findings.all()
+    return report

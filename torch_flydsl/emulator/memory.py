@@ -1,0 +1,82 @@
+"""Global memory (the CPU tensors passed to the kernel) addressed by their real host addresses.
+
+Pointers in the emulated program are plain int64 addresses, so pointer arithmetic is integer
+arithmetic. Each access is resolved against the spans of the tensors handed to the kernel;
+anything outside them is out of bounds: reported, loads yield 0 and stores are dropped.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Iterable, List, Tuple
+
+import numpy as np
+
+
+@dataclass
+class Region:
+    start: int
+    end: int
+    data: np.ndarray  # uint8 view onto the tensor memory (writable)
+    name: str
+
+
+def tensor_span(t) -> Tuple[int, int]:
+    """[first byte, last byte + 1) that a strided tensor can address."""
+    if t.numel() == 0:
+        return t.data_ptr(), t.data_ptr()
+    extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
+    return t.data_ptr(), t.data_ptr() + extent * t.element_size()
+
+
+class GlobalMemory:
+    def __init__(self, spans: Iterable[Tuple[int, int, str]]):
+        spans = sorted((s, e, n) for s, e, n in spans if e > s)
+        merged: List[list] = []
+        for s, e, n in spans:
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+                merged[-1][2] += "," + n
+            else:
+                merged.append([s, e, n])
+        self.regions = [
+            Region(s, e, np.ctypeslib.as_array((ctypes.c_uint8 * (e - s)).from_address(s)), n) for s, e, n in merged
+        ]
+        self.starts = np.array([r.start for r in self.regions], np.int64)
+        self.ends = np.array([r.end for r in self.regions], np.int64)
+
+    def _locate(self, addr: np.ndarray, nbytes: int):
+        if not self.regions:
+            return np.zeros(addr.shape, np.int64), np.zeros(addr.shape, np.bool_)
+        ri = np.searchsorted(self.starts, addr, side="right") - 1
+        ric = np.clip(ri, 0, None)
+        ok = (ri >= 0) & (addr + nbytes <= self.ends[ric])
+        return ric, ok
+
+    def read(self, addr: np.ndarray, nbytes: int, active: np.ndarray):
+        """Bytes at ``addr`` (L,) -> (L, nbytes) uint8, and the lanes that were out of bounds."""
+        out = np.zeros((addr.shape[0], nbytes), np.uint8)
+        ri, ok = self._locate(addr, nbytes)
+        good = ok & active
+        span = np.arange(nbytes)
+        for r in np.unique(ri[good]) if good.any() else ():
+            reg = self.regions[r]
+            sel = good & (ri == r)
+            offs = addr[sel] - reg.start
+            out[sel] = reg.data[offs[:, None] + span]
+        return out, active & ~ok
+
+    def write(self, addr: np.ndarray, data: np.ndarray, active: np.ndarray):
+        """Store (L, nbytes) bytes; returns the out-of-bounds lanes (which were dropped)."""
+        nbytes = data.shape[1]
+        ri, ok = self._locate(addr, nbytes)
+        good = ok & active
+        span = np.arange(nbytes)
+        for r in np.unique(ri[good]) if good.any() else ():
+            reg = self.regions[r]
+            sel = good & (ri == r)
+            offs = addr[sel] - reg.start
+            # Lanes are applied in order, so the highest lane wins on overlap (one valid HW order).
+            reg.data[offs[:, None] + span] = data[sel]
+        return active & ~ok
