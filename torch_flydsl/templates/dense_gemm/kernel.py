@@ -102,6 +102,7 @@ def build(spec: KernelSpec):
     B_ITERS = BN * BK // VEC // THREADS
     LOADS_PER_TILE = A_ITERS + B_ITERS
     ELEM_IS_F16 = spec.dtype == torch.float16
+    REP_M = BM // (cfg.m_waves * MMA_M)  # MFMA blocks per wave along M
 
     def elem_type():
         return fx.Float16 if ELEM_IS_F16 else fx.BFloat16
@@ -274,15 +275,23 @@ def build(spec: KernelSpec):
         rocdl.s_waitcnt(vmcnt=0)
 
         # ---- epilogue ----------------------------------------------------------------
+        # The accumulator fragment is ((4, 1), rep_m, rep_n) in colexicographic order: 4
+        # consecutive rows of one column per MFMA block, then M repeats, then N repeats. A
+        # lane's column depends only on the N repeat, so the bias is loaded once per repeat.
         rows = thr_mma.partition_C(c_rows)
         cols = thr_mma.partition_C(c_cols)
+        per_n_rep = 4 * REP_M
+        bias_by_rep = {}
         for i in range_constexpr(fx.size(acc.shape).unpack()):
             row = m0 + fx.get_scalar(rows[i])
             col = n0 + fx.get_scalar(cols[i])
             val = acc[i] * alpha
             if const_expr(HAS_BIAS):
-                safe_col = (col < n).select(col, 0)
-                val = val + bias_buf[safe_col].to(fx.Float32) * beta
+                rep = i // per_n_rep
+                if const_expr(rep not in bias_by_rep):
+                    safe_col = (col < n).select(col, 0)
+                    bias_by_rep[rep] = bias_buf[safe_col].to(fx.Float32) * beta
+                val = val + bias_by_rep[rep]
             if (row < m) and (col < n):
                 fx.ptr_store(val.to(elem), fx.get_iter(out_buf) + (row * ldc + col))
 
