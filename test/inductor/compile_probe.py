@@ -1,0 +1,92 @@
+"""Compile one GEMM in a fresh process and report what Inductor did, as JSON on the last line.
+
+Used by the Inductor-glue tests (the FX-graph and autotune caches only show their behaviour
+across processes). Options come from argv as JSON:
+  op: "mm" | "addmm" | "linear";  backends: max_autotune_gemm_backends;  force_win: make every
+  FlyDSL choice benchmark as fastest (timings are meaningless on a CPU);  bump_version: pretend
+  the plugin version changed;  shape: [M, N, K];  layout: "nn" | "nt" | ...
+"""
+
+import importlib
+import json
+import sys
+
+import torch
+
+
+def main(opts):
+    import torch._inductor.config as ic
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import run_and_get_code
+
+    import torch_flydsl
+
+    torch_flydsl.enable()
+    benchmarked = []
+    if torch_flydsl.is_enabled():
+        importlib.import_module("torch._inductor.lowering")  # installs the glue
+        from torch_flydsl.inductor import choices, versions
+
+        if opts.get("bump_version"):
+            versions.fingerprint.cache_clear()
+            orig = versions.fingerprint.__wrapped__
+            versions.fingerprint = lambda: orig() + ("bumped",)
+            choices.fingerprint = versions.fingerprint
+            import torch_flydsl.inductor.extern as extern
+
+            extern.fingerprint_str = lambda: "/".join(versions.fingerprint())
+            ic.inductor_choices_class = None
+            from torch_flydsl.inductor import install
+
+            install._installed = False
+            install.install()
+
+        bind = choices.FlyDSLChoicesMixin._flydsl_bind
+
+        def bind_and_record(self, kernel_inputs, op_name, offer):
+            callers = bind(self, kernel_inputs, op_name, offer)
+            for c in callers:
+                real = c.benchmark
+
+                def bench(*a, _real=real, _c=c, **k):
+                    benchmarked.append(_c.description)
+                    t = _real(*a, **k)
+                    return 1e-6 if opts.get("force_win") else t
+
+                c.benchmark = bench
+            return callers
+
+        choices.FlyDSLChoicesMixin._flydsl_bind = bind_and_record
+
+    m, n, k = opts.get("shape", [64, 128, 256])
+    layout = opts.get("layout", "nn")
+    dtype = getattr(torch, opts.get("dtype", "bfloat16"))
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, dtype=dtype, generator=g) if layout[0] == "n" else torch.randn(k, m, dtype=dtype, generator=g).t()
+    b = torch.randn(k, n, dtype=dtype, generator=g) if layout[1] == "n" else torch.randn(n, k, dtype=dtype, generator=g).t()
+    bias = torch.randn(n, dtype=dtype, generator=g)
+    op = opts.get("op", "mm")
+    if op == "mm":
+        fn, args = (lambda x, y: x @ y), (a, b)
+    elif op == "addmm":
+        fn, args = (lambda c, x, y: torch.addmm(c, x, y, alpha=0.5, beta=2.0)), (bias, a, b)
+    else:
+        fn, args = (lambda x, w, c: torch.nn.functional.linear(x, w, c)), (a, b.t(), bias)
+
+    with ic.patch(max_autotune=True, max_autotune_gemm_backends=opts.get("backends", "ATEN,FLYDSL"),
+                  fx_graph_cache=True, autotune_local_cache=True):
+        out, code = run_and_get_code(torch.compile(fn), *args)
+    ref = fn(*[t.double() for t in args])
+    lines = [ln.strip() for ln in code[0].splitlines() if "torch_flydsl" in ln or "extern_kernels." in ln]
+    print(json.dumps({
+        "calls": [ln for ln in lines if not ln.startswith("from ")],
+        "code": code[0],
+        "max_rel_err": float(((out.double() - ref).abs().max() / ref.abs().max()).item()),
+        "fx_hits": counters["inductor"]["fxgraph_cache_hit"],
+        "fx_misses": counters["inductor"]["fxgraph_cache_miss"],
+        "benchmarked": benchmarked,
+    }))
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})
