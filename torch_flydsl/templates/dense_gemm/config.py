@@ -35,6 +35,12 @@ MAX_ACC_REGS_PER_LANE = 128
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 
 
+def C_LDS_ROW_STRIDE(block_n: int) -> int:
+    """Row stride (elements) of the epilogue's C tile in LDS: padded by one 16-byte vector so
+    the four row groups of an MFMA output block land in different banks."""
+    return block_n + VEC
+
+
 @dataclass(frozen=True)
 class DenseGemmConfig:
     """One tile configuration. Every field is a compile-time constant of the kernel."""
@@ -57,8 +63,10 @@ class DenseGemmConfig:
 
     @property
     def lds_bytes(self) -> int:
-        """Static LDS of the A/B stage buffers (the epilogue does not use LDS)."""
-        return self.stages * (self.block_m + self.block_n) * self.block_k * ELEM_BYTES
+        """Static LDS: the A/B stage buffers, aliased by the epilogue's padded C tile."""
+        ab = self.stages * (self.block_m + self.block_n) * self.block_k * ELEM_BYTES
+        c = self.block_m * C_LDS_ROW_STRIDE(self.block_n) * ELEM_BYTES
+        return max(ab, c)
 
     @property
     def acc_regs_per_lane(self) -> int:

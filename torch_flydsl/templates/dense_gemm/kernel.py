@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import DMA_BYTES, MMA_K, MMA_M, MMA_N, VEC, WAVE_SIZE, DenseGemmConfig
+from .config import C_LDS_ROW_STRIDE, DMA_BYTES, MMA_K, MMA_M, MMA_N, VEC, WAVE_SIZE, DenseGemmConfig
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,9 @@ def build(spec: KernelSpec):
     LOADS_PER_TILE = A_ITERS + B_ITERS
     ELEM_IS_F16 = spec.dtype == torch.float16
     REP_M = BM // (cfg.m_waves * MMA_M)  # MFMA blocks per wave along M
+    C_LDS_STRIDE = C_LDS_ROW_STRIDE(BN)
+    C_VECTORS = BM * BN // VEC  # 16-byte row vectors of the output tile
+    C_STORE_ITERS = -(-C_VECTORS // THREADS)
 
     def elem_type():
         return fx.Float16 if ELEM_IS_F16 else fx.BFloat16
@@ -159,9 +162,16 @@ def build(spec: KernelSpec):
             a: fx.Array[elem, S * BM * BK, 16]
             b: fx.Array[elem, S * BN * BK, 16]
 
-        storage = fx.SharedAllocator().allocate(SharedAB)
-        smem_a = storage.a.peek().ptr
-        smem_b = storage.b.peek().ptr
+        # The epilogue's C tile reuses the A/B stage buffers once the main loop is done.
+        @fx.union
+        class Shared:
+            ab: SharedAB
+            c: fx.Array[elem, BM * C_LDS_STRIDE, 16]
+
+        storage = fx.SharedAllocator().allocate(Shared)
+        smem_a = storage.ab.a.peek().ptr
+        smem_b = storage.ab.b.peek().ptr
+        smem_c = storage.c.peek().ptr
         a_layout = lds_layout(BM, A_K_CONTIG)
         b_layout = lds_layout(BN, B_K_CONTIG)
 
@@ -275,25 +285,51 @@ def build(spec: KernelSpec):
         rocdl.s_waitcnt(vmcnt=0)
 
         # ---- epilogue ----------------------------------------------------------------
-        # The accumulator fragment is ((4, 1), rep_m, rep_n) in colexicographic order: 4
-        # consecutive rows of one column per MFMA block, then M repeats, then N repeats. A
-        # lane's column depends only on the N repeat, so the bias is loaded once per repeat.
+        # 1. Each lane rounds alpha * acc + beta * bias once (fp32 math) and writes it to a C
+        #    tile in LDS. The accumulator fragment is ((4, 1), rep_m, rep_n), colexicographic:
+        #    4 consecutive rows of one column per MFMA block, then M repeats, then N repeats,
+        #    so a lane's column depends only on the N repeat and bias is loaded once per repeat.
+        # 2. Threads re-read the tile as 16-byte row vectors and store them to global memory:
+        #    whole vectors where the row is in range, all 8 columns are < N and ldc keeps them
+        #    16-byte aligned; element by element (masked col < N) otherwise.
+        gpu.barrier()  # every wave is done reading the A/B stages that the C tile overwrites
         rows = thr_mma.partition_C(c_rows)
         cols = thr_mma.partition_C(c_cols)
+        s_c = fx.make_view(smem_c, fx.make_layout((BM, BN), (C_LDS_STRIDE, 1)))
         per_n_rep = 4 * REP_M
         bias_by_rep = {}
         for i in range_constexpr(fx.size(acc.shape).unpack()):
-            row = m0 + fx.get_scalar(rows[i])
-            col = n0 + fx.get_scalar(cols[i])
+            r = fx.get_scalar(rows[i])
+            c = fx.get_scalar(cols[i])
             val = acc[i] * alpha
             if const_expr(HAS_BIAS):
                 rep = i // per_n_rep
                 if const_expr(rep not in bias_by_rep):
+                    col = n0 + c
                     safe_col = (col < n).select(col, 0)
                     bias_by_rep[rep] = bias_buf[safe_col].to(fx.Float32) * beta
                 val = val + bias_by_rep[rep]
-            if (row < m) and (col < n):
-                fx.ptr_store(val.to(elem), fx.get_iter(out_buf) + (row * ldc + col))
+            s_c[r, c] = val.to(elem)
+        gpu.barrier()
+
+        out_iter = fx.get_iter(out_buf)
+        vec_aligned = (ldc % VEC) == 0
+        for it in range_constexpr(C_STORE_ITERS):
+            vid = it * THREADS + tid
+            r = vid // (BN // VEC)
+            c = vid % (BN // VEC) * VEC
+            g_row = m0 + r
+            g_col = n0 + c
+            in_tile = (vid < C_VECTORS) if const_expr(C_VECTORS % THREADS) else True
+            if in_tile and g_row < m:
+                vals = fx.ptr_load(smem_c + (r * C_LDS_STRIDE + c), result_type=fx.Vector.make_type(VEC, elem))
+                g_off = g_row * ldc + g_col
+                if vec_aligned and g_col + VEC <= n:
+                    fx.ptr_store(vals, out_iter + g_off)
+                else:
+                    for j in range_constexpr(VEC):
+                        if g_col + j < n:
+                            fx.ptr_store(vals[j], out_iter + (g_off + j))
 
     @flyc.jit
     def launch(
