@@ -107,3 +107,17 @@ def test_k_multiple_of_block_k_is_the_only_k_requirement():
     cfg = DenseGemmConfig(16, 64, 128, 1, 2, 4, 0)  # 4 stages, K of a single tile still fits
     assert config_fits(cfg, GemmProblem.from_layout(5, 7, 128, BF16, "tn")) is None
     assert config_fits(cfg, GemmProblem.from_layout(5, 7, 192, BF16, "tn")) is not None
+
+
+@pytest.mark.parametrize("group_m", [0, 1, 4, 8])
+@pytest.mark.parametrize("m, n", [(1, 1), (1000, 333), (4096, 128), (129, 4097)])
+def test_block_order_visits_every_output_tile_once(group_m, m, n):
+    cfg = DenseGemmConfig(128, 128, 64, 2, 2, 2, group_m)
+    tiles_m, tiles_n = -(-m // 128), -(-n // 128)
+    seen = [C.block_tile(cfg, pid, m, n) for pid in range(tiles_m * tiles_n)]
+    assert sorted(seen) == [(i, j) for i in range(tiles_m) for j in range(tiles_n)]
+
+
+def test_group_m_walks_down_a_column_of_tiles_first():
+    cfg = DenseGemmConfig(128, 128, 64, 2, 2, 2, 4)
+    assert [C.block_tile(cfg, pid, 1024, 1024) for pid in range(5)] == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1)]

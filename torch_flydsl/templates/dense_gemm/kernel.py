@@ -179,6 +179,8 @@ def build(spec: KernelSpec):
         def buffer_of(t):
             n_elems = fx.Int64(fx.get_scalar(fx.size(fx.get_layout(t))))
             n_bytes = (n_elems * 2 + (DMA_BYTES - 1)) // DMA_BYTES * DMA_BYTES
+            # num_records is 32 bits: a span just under 4 GiB must not round up to 0.
+            n_bytes = (n_bytes > 0xFFFFFFFF).select(fx.Int64(0xFFFFFFFF), n_bytes)
             return rocdl.make_buffer_tensor(t, num_records_bytes=n_bytes)
 
         a_buf = buffer_of(a)
