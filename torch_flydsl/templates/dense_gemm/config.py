@@ -30,6 +30,7 @@ DMA_BYTES = 16  # one async buffer->LDS load moves 16 bytes per lane
 VEC = DMA_BYTES // ELEM_BYTES  # elements per DMA vector
 LDS_LIMIT_BYTES = 160 * 1024  # gfx950 LDS per workgroup
 MAX_THREADS = 1024
+MAX_VMCNT = 63  # s_waitcnt vmcnt field on gfx950
 # Accumulator budget per lane (fp32 registers); beyond this the register allocator spills.
 MAX_ACC_REGS_PER_LANE = 128
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
@@ -67,6 +68,11 @@ class DenseGemmConfig:
         ab = self.stages * (self.block_m + self.block_n) * self.block_k * ELEM_BYTES
         c = self.block_m * C_LDS_ROW_STRIDE(self.block_n) * ELEM_BYTES
         return max(ab, c)
+
+    @property
+    def dma_per_tile(self) -> int:
+        """16-byte DMA loads each thread issues per K tile (A and B)."""
+        return (self.block_m + self.block_n) * self.block_k // VEC // self.threads
 
     @property
     def acc_regs_per_lane(self) -> int:
@@ -119,6 +125,14 @@ class DenseGemmConfig:
                 p.append(
                     f"{name} tile ({rows}x{self.block_k}) has {vectors} 16-byte vectors, "
                     f"not a multiple of {self.threads} threads"
+                )
+        if not p:
+            # The main loop waits with vmcnt = (stages - 2) * loads per tile.
+            in_flight = (self.stages - 2) * self.dma_per_tile
+            if in_flight > MAX_VMCNT:
+                p.append(
+                    f"{in_flight} DMA loads in flight per thread exceed the vmcnt limit "
+                    f"{MAX_VMCNT} (fewer stages or more threads)"
                 )
         if not p and self.acc_regs_per_lane > MAX_ACC_REGS_PER_LANE:
             p.append(
