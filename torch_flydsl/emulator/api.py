@@ -79,3 +79,48 @@ def emulate(
         report.launches.append(run_launch(cp, launch, mem, findings, check=check, workgroups=workgroups))
     report.findings = findings.all()
     return report
+
+
+def run_kernel_ir(
+    module_asm: str,
+    kernel: str,
+    args: Sequence[Any],
+    *,
+    grid=(1, 1, 1),
+    block=(64, 1, 1),
+    dynamic_smem: int = 0,
+    tensors: Iterable = (),
+    check: bool = True,
+    workgroups=None,
+):
+    """Run one ``gpu.func`` of a hand-written (or dumped) module at the emulated IR stage.
+
+    ``args`` follow the kernel signature: a torch tensor for a pointer argument (its address),
+    Python numbers for scalars. Meant for op-level tests and for replaying IR dumps.
+    """
+    import numpy as np
+    import torch
+
+    from .executor import CompiledProgram
+
+    cp = CompiledProgram(module_asm, None)
+    if kernel not in cp.kernels:
+        raise KeyError(f"kernel {kernel!r} not in module: {list(cp.kernels)}")
+    plan = cp.kernels[kernel]
+    values, found = [], []
+    for t, a in zip(plan.func.body.arg_types, args):
+        if isinstance(a, torch.Tensor):
+            found.append(a)
+            values.append(np.array([a.data_ptr()], np.int64))
+        elif t.kind == "ptr":
+            values.append(np.array([int(a)], np.int64))
+        else:
+            values.append(np.array([a], dtype=t.np_dtype))
+    _collect_tensors(list(tensors), found)
+    mem = GlobalMemory([(*tensor_span(t), f"tensor{i}") for i, t in enumerate(found)])
+    findings = Findings()
+    report = EmulationReport()
+    launch = dict(kernel=kernel, grid=tuple(grid), block=tuple(block), dynamic_smem=dynamic_smem, args=values)
+    report.launches.append(run_launch(cp, launch, mem, findings, check=check, workgroups=workgroups))
+    report.findings = findings.all()
+    return report

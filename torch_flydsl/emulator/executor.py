@@ -65,9 +65,11 @@ class KernelPlan:
 class CompiledProgram:
     """A module translated once: host function plan plus one plan per kernel."""
 
-    def __init__(self, module_asm: str, host_func: str):
+    def __init__(self, module_asm: str, host_func: Optional[str]):
         self.program: Program = read_program(module_asm)
-        if host_func not in self.program.host_funcs:
+        if host_func is None:
+            pass
+        elif host_func not in self.program.host_funcs:
             if len(self.program.host_funcs) == 1:
                 host_func = next(iter(self.program.host_funcs))
             else:
@@ -75,7 +77,9 @@ class CompiledProgram:
         self.host_name = host_func
         self.lds_offsets, self.static_lds, self.dynamic_global = self._layout_lds()
         self.host_translator = Translator(self.program, {}, host=True)
-        self.host_body = self.host_translator.compile_block(self.program.host_funcs[host_func].body)
+        self.host_body = None
+        if host_func is not None:
+            self.host_body = self.host_translator.compile_block(self.program.host_funcs[host_func].body)
         self.kernels: Dict[str, KernelPlan] = {}
         for name, f in self.program.kernels.items():
             tr = Translator(self.program, self.lds_offsets)

@@ -158,10 +158,10 @@ def _dpp_source(ctrl: int, lane: np.ndarray):
 @register("rocdl.update.dpp")
 def _update_dpp(n, T):
     old, src = n.operands[:2]
-    ctrl = int(n.attrs["dpp_ctrl"])
-    row_mask = int(n.attrs["row_mask"])
-    bank_mask = int(n.attrs["bank_mask"])
-    bound_ctrl = bool(n.attrs["bound_ctrl"])
+    ctrl = int(n.attrs["dppCtrl"])
+    row_mask = int(n.attrs["rowMask"])
+    bank_mask = int(n.attrs["bankMask"])
+    bound_ctrl = bool(n.attrs["boundCtrl"])
     _dpp_source(ctrl, np.arange(WAVE))  # validate at translation time
     r = n.results[0]
 

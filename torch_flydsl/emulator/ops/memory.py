@@ -491,3 +491,44 @@ def builder_step(step):
 
 for _op, _name in [("fadd", "fadd"), ("max", "smax"), ("fmax", "fmax"), ("add", "add")]:
     register(f"rocdl.raw.ptr.buffer.atomic.{_name}")(_buffer_atomic(_op))
+
+
+# ---- gfx950 transposing LDS reads ------------------------------------------------------------
+
+
+def _tr_builder(gran_bits: int, total_bits: int):
+    """ds_read_b{64,96}_tr_b{4,6,8,16}: within each group of 16 lanes, each lane reads
+    ``total_bits`` at its own address; the 16 reads form a block of ``16 * E`` elements of
+    ``gran_bits`` (lane order, little-endian), and lane ``t`` of the group receives block
+    elements ``16 * j + t`` for ``j = 0 .. E-1``. (This is the layout FlyDSL's CDNA4
+    LDSReadTrans atoms declare; the tests cross-check against them.)"""
+    nbytes = total_bits // 8
+    per_lane = total_bits // gran_bits
+
+    def builder(n, T):
+        p = n.operands[0]
+        r = n.results[0]
+        t = n.result_types[0]
+        loc = n.loc
+
+        def step(W):
+            raw = lds_read(W, W.env[p], nbytes, loc)  # (L, nbytes); inactive lanes read 0
+            lanes = raw.shape[0]
+            if lanes % 16:
+                raise EmulatorError(f"{n.name} needs whole 16-lane groups at {loc}")
+            bits = np.unpackbits(raw, axis=1, bitorder="little").reshape(lanes // 16, 16 * total_bits)
+            elems = bits.reshape(lanes // 16, 16 * per_lane, gran_bits)
+            # out[g, t, j] = elems[g, 16 j + t]
+            out = elems.reshape(lanes // 16, per_lane, 16, gran_bits).transpose(0, 2, 1, 3)
+            out_bytes = np.packbits(out.reshape(lanes, total_bits), axis=1, bitorder="little")
+            W.env[r] = from_bytes(out_bytes, t)
+
+        return step
+
+    return builder
+
+
+register("rocdl.ds.read.tr16.b64")(_tr_builder(16, 64))
+register("rocdl.ds.read.tr8.b64")(_tr_builder(8, 64))
+register("rocdl.ds.read.tr4.b64")(_tr_builder(4, 64))
+register("rocdl.ds.read.tr6.b96")(_tr_builder(6, 96))

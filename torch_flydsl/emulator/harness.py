@@ -1,0 +1,133 @@
+"""The standard check every kernel family plugs into: run on fresh random inputs in the
+emulator and compare against a float64 reference by relative error.
+
+A run passes when (1) the emulator reports no race / async-wait / out-of-bounds / uninitialized
+LDS finding, (2) no output element is left unwritten (outputs are pre-filled with NaN, or
+with a sentinel for integer outputs), and (3) ``max|out - ref| / max|ref|`` over each output
+is within ``tolerance``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from .api import emulate
+from .executor import EmulationReport
+
+INT_SENTINEL = -0x5A5A5A5A
+
+
+@dataclass
+class OutputCheck:
+    index: int
+    max_abs_err: float
+    max_abs_ref: float
+    rel_err: float
+    unwritten: int
+
+    @property
+    def ok_for(self):
+        return lambda tol: self.unwritten == 0 and self.rel_err <= tol
+
+
+@dataclass
+class HarnessReport:
+    ok: bool
+    tolerance: float
+    outputs: List[OutputCheck] = field(default_factory=list)
+    emulation: Optional[EmulationReport] = None
+    reasons: List[str] = field(default_factory=list)
+
+    @property
+    def max_rel_err(self) -> float:
+        return max((o.rel_err for o in self.outputs), default=0.0)
+
+    def __str__(self) -> str:
+        head = "PASS" if self.ok else "FAIL"
+        lines = [f"{head}: max rel err {self.max_rel_err:.3e} (tolerance {self.tolerance:.1e})"]
+        lines += [f"  - {r}" for r in self.reasons]
+        if self.emulation is not None:
+            lines.append(str(self.emulation))
+        return "\n".join(lines)
+
+
+def fill_random_(t: torch.Tensor, gen: torch.Generator, scale: float = 1.0) -> None:
+    """Fresh random values in place (the storage, pointer and strides are kept)."""
+    if t.dtype.is_floating_point:
+        t.copy_((torch.randn(t.shape, generator=gen, dtype=torch.float32) * scale).to(t.dtype))
+    elif t.dtype == torch.bool:
+        t.copy_(torch.randint(0, 2, t.shape, generator=gen).bool())
+    else:
+        t.copy_(torch.randint(-100, 100, t.shape, generator=gen).to(t.dtype))
+
+
+def poison_(t: torch.Tensor) -> None:
+    if t.dtype.is_floating_point:
+        t.fill_(float("nan"))
+    else:
+        t.fill_(INT_SENTINEL if t.dtype in (torch.int32, torch.int64) else -1)
+
+
+def _unwritten(t: torch.Tensor) -> int:
+    if t.dtype.is_floating_point:
+        return int(torch.isnan(t).sum())
+    return int((t == INT_SENTINEL).sum()) if t.dtype in (torch.int32, torch.int64) else 0
+
+
+def run_and_compare(
+    jit_fn,
+    args: Sequence[Any],
+    reference_fn: Callable[[], Union[torch.Tensor, Sequence[torch.Tensor]]],
+    *,
+    inputs: Sequence[torch.Tensor],
+    outputs: Sequence[torch.Tensor],
+    tolerance: float,
+    kwargs: Optional[dict] = None,
+    seed: int = 0,
+    randomize: bool = True,
+    input_scale: float = 1.0,
+    check: bool = True,
+    workgroups=None,
+) -> HarnessReport:
+    """Randomize ``inputs`` in place, NaN-poison ``outputs``, emulate ``jit_fn(*args)`` and
+    compare each output with ``reference_fn()`` (float64; called after the inputs are set).
+
+    ``args`` must reference ``inputs``/``outputs`` (or views of their storage) so the kernel
+    sees the fresh values. With ``workgroups`` only those workgroups run; compare only what
+    they cover by returning ``nan`` from ``reference_fn`` elsewhere (those are skipped).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    if randomize:
+        for t in inputs:
+            fill_random_(t, gen, input_scale)
+    for t in outputs:
+        poison_(t)
+    expected = reference_fn()
+    if isinstance(expected, torch.Tensor):
+        expected = [expected]
+    if len(expected) != len(outputs):
+        raise ValueError(f"reference_fn returned {len(expected)} tensors for {len(outputs)} outputs")
+    emu = emulate(jit_fn, args, kwargs, check=check, tensors=list(inputs) + list(outputs), workgroups=workgroups)
+    rep = HarnessReport(ok=True, tolerance=tolerance, emulation=emu)
+    for f in emu.errors:
+        rep.reasons.append(str(f))
+    for i, (out, ref) in enumerate(zip(outputs, expected)):
+        ref = ref.detach().to(torch.float64)
+        got = out.detach().to(torch.float64)
+        care = ~torch.isnan(ref)
+        unwritten = int(torch.isnan(got[care]).sum()) if out.dtype.is_floating_point else _unwritten(out)
+        diff = (got - ref).abs()[care & ~torch.isnan(got)]
+        max_abs_err = float(diff.max()) if diff.numel() else 0.0
+        max_abs_ref = float(ref[care].abs().max()) if care.any() else 0.0
+        rel = max_abs_err / max(max_abs_ref, 1e-30)
+        chk = OutputCheck(i, max_abs_err, max_abs_ref, rel, unwritten)
+        rep.outputs.append(chk)
+        if unwritten:
+            rep.reasons.append(f"output {i}: {unwritten} element(s) never written")
+        if rel > tolerance:
+            rep.reasons.append(f"output {i}: relative error {rel:.3e} exceeds {tolerance:.1e}")
+    rep.ok = not rep.reasons
+    return rep
