@@ -4,7 +4,8 @@ Used by the Inductor-glue tests (the FX-graph and autotune caches only show thei
 across processes). Options come from argv as JSON:
   op: "mm" | "addmm" | "linear";  backends: max_autotune_gemm_backends;  force_win: make every
   FlyDSL choice benchmark as fastest (timings are meaningless on a CPU);  bump_version: pretend
-  the plugin version changed;  shape: [M, N, K];  layout: "nn" | "nt" | ...
+  the plugin version changed;  shape: [M, N, K];  layout: "nn" | "nt" | ...;
+  fixed_aten_timings: deterministic timings for PyTorch's own extern choices.
 """
 
 import importlib
@@ -57,6 +58,12 @@ def main(opts):
             return callers
 
         choices.FlyDSLChoicesMixin._flydsl_bind = bind_and_record
+
+    if opts.get("fixed_aten_timings"):
+        # Two ATen choices (addmm, bias_addmm on 2.11) would otherwise race on CPU noise.
+        from torch._inductor.select_algorithm import ExternKernelCaller
+
+        ExternKernelCaller.benchmark = lambda self, *a, **k: 1.0 + len(self.choice.name) * 1e-3
 
     m, n, k = opts.get("shape", [64, 128, 256])
     layout = opts.get("layout", "nn")

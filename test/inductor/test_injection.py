@@ -101,8 +101,9 @@ def _normalized(code: str) -> str:
     ],
 )
 def test_generated_code_is_identical_to_a_run_without_the_plugin(tmp_path, label, env, backends):
-    without = compile_in_subprocess(tmp_path / "a", {"TORCH_FLYDSL_DISABLE": "1"}, op="linear", layout="nt", backends=backends)
-    with_plugin = compile_in_subprocess(tmp_path / "b", env, op="linear", layout="nt", backends=backends)
+    opts = dict(op="linear", layout="nt", backends=backends, fixed_aten_timings=True)
+    without = compile_in_subprocess(tmp_path / "a", {"TORCH_FLYDSL_DISABLE": "1"}, **opts)
+    with_plugin = compile_in_subprocess(tmp_path / "b", env, **opts)
     assert with_plugin["benchmarked"] == []
     assert _normalized(with_plugin["code"]) == _normalized(without["code"]), label
 
