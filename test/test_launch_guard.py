@@ -31,11 +31,16 @@ def test_non_gfx950_arch_is_refused(monkeypatch):
     assert device_decline(torch.device("cuda", 0)) is None
 
 
-@pytest.mark.parametrize("executor", ["emulator", "reference-standin"])
-def test_cpu_executors_take_cpu_tensors_only(monkeypatch, executor):
-    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", executor)
-    assert executor_for(torch.device("cpu")) == executor
+def test_emulator_takes_cpu_tensors_only(monkeypatch):
+    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "emulator")
+    assert executor_for(torch.device("cpu")) == "emulator"
     assert "CPU tensors only" in device_decline(torch.device("cuda", 0))
+
+
+def test_reference_standin_takes_any_device(monkeypatch):
+    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "reference-standin")
+    assert executor_for(torch.device("cpu")) == "reference-standin"
+    assert device_decline(torch.device("cuda", 0)) is None
 
 
 @pytest.mark.parametrize(

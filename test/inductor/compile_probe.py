@@ -24,6 +24,13 @@ def main(opts):
 
     torch_flydsl.enable()
     benchmarked = []
+    autotune_seen = []
+    from torch._inductor.select_algorithm import add_feedback_saver
+
+    def saver(timings, name, *rest):  # the signature grew across torch versions
+        autotune_seen.append({"op": name, "choices": sorted({type(c).__name__ for c in timings})})
+
+    add_feedback_saver(saver)
     if torch_flydsl.is_enabled():
         importlib.import_module("torch._inductor.lowering")  # installs the glue
         from torch_flydsl.inductor import choices, versions
@@ -72,6 +79,8 @@ def main(opts):
     a = torch.randn(m, k, dtype=dtype, generator=g) if layout[0] == "n" else torch.randn(k, m, dtype=dtype, generator=g).t()
     b = torch.randn(k, n, dtype=dtype, generator=g) if layout[1] == "n" else torch.randn(n, k, dtype=dtype, generator=g).t()
     bias = torch.randn(n, dtype=dtype, generator=g)
+    device = opts.get("device", "cpu")
+    a, b, bias = (t.to(device) for t in (a, b, bias))
     op = opts.get("op", "mm")
     if op == "mm":
         fn, args = (lambda x, y: x @ y), (a, b)
@@ -79,10 +88,16 @@ def main(opts):
         fn, args = (lambda c, x, y: torch.addmm(c, x, y, alpha=0.5, beta=2.0)), (bias, a, b)
     else:
         fn, args = (lambda x, w, c: torch.nn.functional.linear(x, w, c)), (a, b.t(), bias)
+    if opts.get("epilogue") == "relu":  # a pointwise consumer Triton templates can fuse
+        inner = fn
+        fn = lambda *xs: torch.relu(inner(*xs)) * 2.0  # noqa: E731
 
     with ic.patch(max_autotune=True, max_autotune_gemm_backends=opts.get("backends", "ATEN,FLYDSL"),
                   fx_graph_cache=True, autotune_local_cache=True):
-        out, code = run_and_get_code(torch.compile(fn), *args)
+        compiled = torch.compile(fn, mode=opts.get("mode"))
+        out, code = run_and_get_code(compiled, *args)
+        for _ in range(opts.get("extra_runs", 0)):  # replays (CUDA graphs under max-autotune)
+            out = compiled(*args)
     ref = fn(*[t.double() for t in args])
     lines = [ln.strip() for ln in code[0].splitlines() if "torch_flydsl" in ln or "extern_kernels." in ln]
     print(json.dumps({
@@ -92,6 +107,8 @@ def main(opts):
         "fx_hits": counters["inductor"]["fxgraph_cache_hit"],
         "fx_misses": counters["inductor"]["fxgraph_cache_miss"],
         "benchmarked": benchmarked,
+        "choices_seen": autotune_seen,
+        "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
     }))
 
 
