@@ -69,8 +69,25 @@ def _pipeline_prefix(compile_hints: dict) -> List[str]:
     return prefix
 
 
+_LOWERED: "dict[str, str]" = {}
+
+
 def lower_source_ir(source_ir: str, compile_hints: Optional[dict] = None) -> str:
-    """Run FlyDSL's pipeline on traced IR up to the stage the emulator executes."""
+    """Run FlyDSL's pipeline on traced IR up to the stage the emulator executes (memoized)."""
+    import hashlib
+
+    key = hashlib.sha256((repr(sorted((compile_hints or {}).items())) + source_ir).encode()).hexdigest()
+    hit = _LOWERED.get(key)
+    if hit is not None:
+        return hit
+    asm = _lower(source_ir, compile_hints)
+    if len(_LOWERED) > 32:
+        _LOWERED.pop(next(iter(_LOWERED)))
+    _LOWERED[key] = asm
+    return asm
+
+
+def _lower(source_ir: str, compile_hints: Optional[dict]) -> str:
     from flydsl._mlir import ir
     from flydsl._mlir.passmanager import PassManager
     from flydsl.compiler.jit_function import _create_mlir_context
