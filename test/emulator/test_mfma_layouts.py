@@ -88,3 +88,26 @@ def test_transposing_lds_read_matches_flydsl_copy_atom_semantics():
         for t in range(16):
             for j in range(4):
                 assert got[g, t, j] == blocks[g, 16 * j + t]
+
+
+@pytest.mark.parametrize("m, k, fmt", [(16, 128, "Float8E4M3FN"), (16, 128, "Float4E2M1FN"), (32, 64, "Float8E4M3FN")])
+def test_scaled_mfma_lane_layouts_match_flydsl_atoms(m, k, fmt):
+    import flydsl.expr as fx
+    from flydsl._mlir import ir
+    from flydsl.compiler.jit_function import _create_mlir_context
+
+    with _create_mlir_context(), ir.Location.unknown():
+        mod = ir.Module.create()
+        with ir.InsertionPoint(mod.body):
+            atom = fx.make_mma_atom(fx.rocdl.cdna4.MFMA_Scale(m, m, k, getattr(fx, fmt)))
+            tabs = {}
+            for name in ("A", "B", "C"):
+                L = getattr(atom, f"layout_{name}_tv")
+                nvals = fx.get_scalar(fx.size(L)) // 64
+                tabs[name] = np.array(
+                    [[fx.get_scalar(fx.crd2idx(fx.make_coord(t, v), L)) for v in range(nvals)] for t in range(64)]
+                )
+    (a_row, a_k), (b_k, b_col), (c_row, c_col) = mfma_layout(m, m, k)
+    assert np.array_equal(tabs["A"], a_row + m * a_k)
+    assert np.array_equal(tabs["B"], b_col + m * b_k)
+    assert np.array_equal(tabs["C"], c_row + m * c_col)

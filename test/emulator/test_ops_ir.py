@@ -470,3 +470,55 @@ def test_unsupported_op_raises_naming_the_op_before_running():
     with pytest.raises(UnsupportedOp, match="rocdl.permlanex16"):
         run("%out: !llvm.ptr<1>", body, [out])
     assert out.abs().sum() == 0
+
+
+# ---- scaled MFMA (MX formats) ------------------------------------------------------------------------
+
+FP4_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def _decode_fp4(codes):
+    v = np.array([FP4_VALUES[c & 7] for c in codes.ravel()]).reshape(codes.shape)
+    return np.where(codes & 8, -v, v)
+
+
+@pytest.mark.parametrize("opsel_b", [0, 2])
+def test_scaled_mfma_fp8_times_fp4_with_e8m0_block_scales(opsel_b):
+    g = torch.Generator().manual_seed(1)
+    a_codes = torch.randint(0, 256, (64, 32), generator=g, dtype=torch.uint8)
+    a_codes[(a_codes & 0x7F) == 0x7F] = 0x38  # avoid NaN codes
+    b_codes = torch.randint(0, 16, (64, 32), generator=g, dtype=torch.uint8)
+    b_packed = (b_codes[:, 0::2] | (b_codes[:, 1::2] << 4)).contiguous()  # two fp4 per byte, low nibble first
+    sa = torch.randint(120, 134, (64,), generator=g, dtype=torch.int32)
+    sb_bytes = torch.randint(120, 134, (64,), generator=g, dtype=torch.int32)
+    sb = sb_bytes << (8 * opsel_b)
+    c = torch.randn(64, 4, generator=g)
+    out = torch.zeros(64, 4)
+    body = f"""
+      %pa = llvm.getelementptr %A[%tid] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, vector<8xi32>
+      %va = llvm.load %pa : !llvm.ptr<1> -> vector<8xi32>
+      %pb = llvm.getelementptr %B[%tid] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, vector<4xi32>
+      %vb = llvm.load %pb : !llvm.ptr<1> -> vector<4xi32>
+      %pc = llvm.getelementptr %C[%tid] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, vector<4xf32>
+      %vc = llvm.load %pc : !llvm.ptr<1> -> vector<4xf32>
+      %psa = llvm.getelementptr %SA[%tid] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i32
+      %sa = llvm.load %psa : !llvm.ptr<1> -> i32
+      %psb = llvm.getelementptr %SB[%tid] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i32
+      %sb = llvm.load %psb : !llvm.ptr<1> -> i32
+      %d = rocdl.mfma.scale.f32.16x16x128.f8f6f4 %va, %vb, %vc, fp8_e4m3, fp4_e2m1, 0, %sa, {opsel_b}, %sb : (vector<8xi32>, vector<4xi32>, vector<4xf32>, i32, i32) -> vector<4xf32>
+      %po = llvm.getelementptr %out[%tid] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, vector<4xf32>
+      llvm.store %d, %po : vector<4xf32>, !llvm.ptr<1>
+"""
+    run("%A: !llvm.ptr<1>, %B: !llvm.ptr<1>, %C: !llvm.ptr<1>, %SA: !llvm.ptr<1>, %SB: !llvm.ptr<1>, %out: !llvm.ptr<1>",
+        body, [a_codes, b_packed, c, sa, sb, out])
+    # Independent reference: torch decodes e4m3; lane l holds row l%16, K block l//16 (32 values)
+    a_vals = a_codes.view(torch.float8_e4m3fn).double().numpy() * np.exp2(sa.numpy() - 127.0)[:, None]
+    b_vals = _decode_fp4(b_codes.numpy()) * np.exp2(sb_bytes.numpy() - 127.0)[:, None]
+    A = np.zeros((16, 128))
+    B = np.zeros((128, 16))
+    for lane in range(64):
+        A[lane % 16, 32 * (lane // 16):32 * (lane // 16) + 32] = a_vals[lane]
+        B[32 * (lane // 16):32 * (lane // 16) + 32, lane % 16] = b_vals[lane]
+    D = A @ B
+    expect = np.array([[D[4 * (l // 16) + j, l % 16] + c[l, j].item() for j in range(4)] for l in range(64)])
+    np.testing.assert_allclose(out.numpy(), expect, rtol=1e-5, atol=1e-4)

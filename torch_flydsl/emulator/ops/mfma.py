@@ -138,3 +138,79 @@ def _mfma(n, T):
 
 def _full(x, lanes):
     return x if x.shape[0] == lanes else np.broadcast_to(x, (lanes,) + x.shape[1:])
+
+
+# ---- gfx950 scaled MFMA (f8f6f4 with per-32 E8M0 block scales) -------------------------------
+
+_FORMATS = {  # matrix_format attribute -> (bits, decoder format)
+    "fp8_e4m3": (8, "f8E4M3FN"),
+    "fp8_e5m2": (8, "f8E5M2"),
+    "fp6_e2m3": (6, "f6E2M3FN"),
+    "fp6_e3m2": (6, "f6E3M2FN"),
+    "fp4_e2m1": (4, "f4E2M1FN"),
+}
+_FORMAT_CODES = list(_FORMATS)
+
+
+def _matrix_format(attr, n):
+    if isinstance(attr, int):
+        if 0 <= attr < len(_FORMAT_CODES):
+            return _FORMATS[_FORMAT_CODES[attr]]
+    else:
+        for key, val in _FORMATS.items():
+            if key in str(attr):
+                return val
+    raise UnsupportedOp(n.name, f"matrix format {attr}", n.loc)
+
+
+def _unpack_elems(x: np.ndarray, t: TypeInfo, bits: int, count: int) -> np.ndarray:
+    """Per-lane packed operand -> (lanes, count) element codes (little-endian bit packing)."""
+    from ..numerics import to_bytes
+
+    lanes = x.shape[0]
+    raw = to_bytes(x, t, lanes)
+    if raw.shape[1] * 8 < bits * count:
+        raise UnsupportedOp("rocdl.mfma.scale", f"operand {t.text} too small for {count} x {bits}-bit values")
+    if bits == 8:
+        return raw[:, :count]
+    allbits = np.unpackbits(raw, axis=1, bitorder="little")[:, : bits * count].reshape(lanes, count, bits)
+    weights = (1 << np.arange(bits)).astype(np.uint8)
+    return (allbits * weights).sum(axis=2).astype(np.uint8)
+
+
+@register("rocdl.mfma.scale.f32.16x16x128.f8f6f4", "rocdl.mfma.scale.f32.32x32x64.f8f6f4")
+def _mfma_scale(n, T):
+    M, K = (16, 128) if "16x16x128" in n.name else (32, 64)
+    a_bits, a_fmt = _matrix_format(n.attrs.get("cbsz"), n)
+    b_bits, b_fmt = _matrix_format(n.attrs.get("blgp"), n)
+    opsel_a = int(n.attrs.get("opselA", 0))
+    opsel_b = int(n.attrs.get("opselB", 0))
+    (ar, ak), (bk, bc), (cr, cc) = mfma_layout(M, M, K)
+    vals = ar.shape[1]  # 32 per lane: exactly one 32-wide K block of one row -> one scale
+    a, b, c, sa, sb = n.operands[:5]
+    ta, tb = n.operand_types[0], n.operand_types[1]
+    r = n.results[0]
+    far, fak, fbk, fbc = ar.ravel(), ak.ravel(), bk.ravel(), bc.ravel()
+
+    def step(W):
+        e = W.env
+        lanes = W.lanes
+        av = decode_narrow(_unpack_elems(_full(e[a], lanes), ta, a_bits, vals), a_fmt)
+        bv = decode_narrow(_unpack_elems(_full(e[b], lanes), tb, b_bits, vals), b_fmt)
+        # lane l's E8M0 scale byte (selected by opsel) scales its own 32 values
+        sca = (_full(e[sa], lanes).astype(np.int64) >> (8 * opsel_a)) & 0xFF
+        scb = (_full(e[sb], lanes).astype(np.int64) >> (8 * opsel_b)) & 0xFF
+        av = av * decode_narrow(sca.astype(np.uint8), "f8E8M0FNU")[:, None]
+        bv = bv * decode_narrow(scb.astype(np.uint8), "f8E8M0FNU")[:, None]
+        cv = _full(e[c], lanes)
+        A = np.zeros((M, K))
+        B = np.zeros((K, M))
+        A[far, fak] = av.ravel()
+        B[fbk, fbc] = bv.ravel()
+        C = np.zeros((M, M))
+        C[cr, cc] = cv.reshape(lanes, -1)
+        with np.errstate(all="ignore"):
+            D = A @ B + C
+        e[r] = D[cr, cc].astype(np.float32).reshape(cv.shape)
+
+    return step
