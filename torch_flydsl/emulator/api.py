@@ -48,6 +48,7 @@ def emulate(
     check: bool = True,
     tensors: Iterable = (),
     workgroups: Optional[Iterable[Tuple[int, int, int]]] = None,
+    grid: Optional[Tuple[int, int, int]] = None,
 ) -> EmulationReport:
     """Run ``jit_fn(*args, **kwargs)`` on the CPU with gfx950 semantics.
 
@@ -55,7 +56,8 @@ def emulate(
     find the kernel launches (grid, block, dynamic LDS) and each launch is emulated, writing
     results into the CPU tensors in ``args``. Every tensor reachable from ``args`` (plus
     ``tensors``) is valid global memory; other accesses are reported out of bounds.
-    ``workgroups`` restricts execution to some workgroup ids (for speed). With ``check`` the
+    ``workgroups`` restricts execution to some workgroup ids (for speed); ``grid`` overrides
+    the grid the host code computed (the block size is fixed at compile time). With ``check`` the
     LDS race / async-wait / uninitialized-read checker runs as well.
     """
     kwargs = dict(kwargs or {})
@@ -76,6 +78,8 @@ def emulate(
     findings = Findings()
     report = EmulationReport()
     for launch in run_host(cp, captured.slots):
+        if grid is not None:
+            launch["grid"] = tuple(int(g) for g in grid)
         report.launches.append(run_launch(cp, launch, mem, findings, check=check, workgroups=workgroups))
     report.findings = findings.all()
     return report

@@ -20,6 +20,9 @@ from .ir_program import Block, Node, Program
 #: op name -> builder(node, translator) -> fn(W) | Gen
 REGISTRY: Dict[str, Callable] = {}
 
+#: a while loop running longer than this is taken to be a spin-wait that can never finish
+MAX_WHILE_TRIPS = 1_000_000
+
 #: ops that suspend the wave at a workgroup barrier
 BARRIER_OPS = {"gpu.barrier", "rocdl.s.barrier", "rocdl.barrier"}
 
@@ -330,8 +333,15 @@ def _scf_while(n: Node, T: Translator):
         saved = W.mask
         active = saved.copy()
         final = None
+        trips = 0
         try:
             while True:
+                trips += 1
+                if trips > MAX_WHILE_TRIPS:
+                    raise EmulatorError(
+                        f"scf.while at {n.loc} ran {MAX_WHILE_TRIPS} iterations: a spin-wait on another "
+                        "workgroup? (workgroups run one after another in the emulator)"
+                    )
                 W.mask = active
                 for a, v in zip(bargs, carried):
                     e[a] = v
