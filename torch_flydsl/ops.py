@@ -44,7 +44,7 @@ def _run_dense(cfg_key: str, a, b, out, bias, alpha: float, beta: float) -> None
         # Plumbing tests only (named so in every test that uses it): not a FlyDSL kernel.
         from .templates.dense_gemm.reference import reference
 
-        out.copy_(reference(a, b, bias, alpha, beta).to(out.dtype))
+        out.copy_(reference(a, b, bias, alpha, beta, device=out.device).to(out.dtype))
     elif executor == "emulator":
         from .templates.dense_gemm.emulated import run_emulated
 

@@ -13,14 +13,18 @@ def reference(
     bias: Optional[torch.Tensor] = None,
     alpha: float = 1.0,
     beta: float = 1.0,
+    device: Optional[torch.device] = None,
 ) -> torch.Tensor:
     """Exact-as-possible result on the CPU in float64 (inputs are upcast, not rounded).
 
     ``bias`` is ``[N]`` or ``[M, N]`` (e.g. an expanded ``[N]`` with stride ``(0, 1)``); it is
     broadcast over rows. Compare the kernel's output (rounded once to bf16/fp16 from an fp32
     accumulator) against this with a tolerance that scales with ``sqrt(K)``.
+    ``device`` (default CPU) is where to compute: the operands' own device avoids host copies,
+    which CUDA-graph capture forbids.
     """
-    out = alpha * (a.detach().to("cpu", torch.float64) @ b.detach().to("cpu", torch.float64))
+    device = device or "cpu"
+    out = alpha * (a.detach().to(device, torch.float64) @ b.detach().to(device, torch.float64))
     if bias is not None:
-        out = out + beta * bias.detach().to("cpu", torch.float64)
+        out = out + beta * bias.detach().to(device, torch.float64)
     return out
