@@ -522,3 +522,73 @@ def test_scaled_mfma_fp8_times_fp4_with_e8m0_block_scales(opsel_b):
     D = A @ B
     expect = np.array([[D[4 * (l // 16) + j, l % 16] + c[l, j].item() for j in range(4)] for l in range(64)])
     np.testing.assert_allclose(out.numpy(), expect, rtol=1e-5, atol=1e-4)
+
+
+def test_permlane32_swap_exchanges_upper_half_of_old_with_lower_half_of_src():
+    out0 = torch.zeros(64, dtype=torch.int32)
+    out1 = torch.zeros(64, dtype=torch.int32)
+    body = """
+      %c100 = arith.constant 100 : i32
+      %s = arith.addi %tid, %c100 : i32
+      %st = rocdl.permlane32.swap %tid, %s, false, false : (i32, i32) -> !llvm.struct<(i32, i32)>
+      %r0 = llvm.extractvalue %st[0] : !llvm.struct<(i32, i32)>
+      %r1 = llvm.extractvalue %st[1] : !llvm.struct<(i32, i32)>
+      %po0 = llvm.getelementptr %o0[%tid] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i32
+      llvm.store %r0, %po0 : i32, !llvm.ptr<1>
+      %po1 = llvm.getelementptr %o1[%tid] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i32
+      llvm.store %r1, %po1 : i32, !llvm.ptr<1>
+"""
+    run("%o0: !llvm.ptr<1>, %o1: !llvm.ptr<1>", body, [out0, out1])
+    assert out0.tolist() == list(range(32)) + [100 + t for t in range(32)]
+    assert out1.tolist() == list(range(32, 64)) + [100 + t for t in range(32, 64)]
+
+
+def test_dynamic_shared_memory_follows_static_lds():
+    from torch_flydsl.emulator.api import run_kernel_ir
+
+    asm = """
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    llvm.mlir.global external @stat() {addr_space = 3 : i32, alignment = 16 : i64, dso_local} : !llvm.array<100 x i8>
+    llvm.mlir.global external @dyn() {addr_space = 3 : i32, alignment = 16 : i64, dso_local} : !llvm.array<0 x i8>
+    gpu.func @k(%out: !llvm.ptr<1>) kernel {
+      %tid_idx = gpu.thread_id x
+      %tid = arith.index_cast %tid_idx : index to i32
+      %d = llvm.mlir.addressof @dyn : !llvm.ptr<3>
+      %p = llvm.getelementptr %d[%tid] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i32
+      llvm.store %tid, %p : i32, !llvm.ptr<3>
+      %v = llvm.load %p : !llvm.ptr<3> -> i32
+      %po = llvm.getelementptr %out[%tid] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i32
+      llvm.store %v, %po : i32, !llvm.ptr<1>
+      gpu.return
+    }
+  }
+}
+"""
+    out = torch.zeros(64, dtype=torch.int32)
+    rep = run_kernel_ir(asm, "k", [out], dynamic_smem=256)
+    assert rep.findings == [] and out.tolist() == list(range(64))
+    assert rep.launches[0].lds_bytes == 112 + 256  # static 100 bytes, dynamic part 16-aligned
+    rep = run_kernel_ir(asm, "k", [out], dynamic_smem=128)  # too small: stores run past the end
+    assert LDS_OOB in kinds(rep)
+
+
+def test_only_selected_workgroups_run():
+    from torch_flydsl.emulator.api import run_kernel_ir
+    from irkit import module
+
+    out = torch.zeros(4 * 64, dtype=torch.int32)
+    body = """
+      %bid_idx = gpu.block_id x
+      %bid = arith.index_cast %bid_idx : index to i32
+      %c64 = arith.constant 64 : i32
+      %base = arith.muli %bid, %c64 : i32
+      %i = arith.addi %base, %tid : i32
+      %c1 = arith.constant 1 : i32
+      %v = arith.addi %bid, %c1 : i32
+      %po = llvm.getelementptr %out[%i] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i32
+      llvm.store %v, %po : i32, !llvm.ptr<1>
+"""
+    rep = run_kernel_ir(module("%out: !llvm.ptr<1>", body), "k", [out], grid=(4, 1, 1), workgroups=[(2, 0, 0)])
+    assert rep.launches[0].workgroups_run == 1
+    assert out.view(4, 64)[:, 0].tolist() == [0, 0, 3, 0]

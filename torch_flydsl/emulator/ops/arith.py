@@ -499,8 +499,15 @@ def _bitcast(n, T):
     return _unary_step(n, lambda x: bitcast_value(x, src, dst))
 
 
+@register("llvm.call_intrinsic")
+def _call_intrinsic(n, T):
+    raise UnsupportedOp(f"llvm.call_intrinsic {n.attrs.get('intrin', '?')}", "no emulator semantics", n.loc)
+
+
 @register("llvm.ptrtoint", "llvm.inttoptr")
 def _ptrint(n, T):
+    if any(t.kind == "ptr" and t.addr_space in (7, 8) for t in n.operand_types + n.result_types):
+        raise UnsupportedOp(n.name, "buffer resource / fat pointer as an integer", n.loc)
     dt = n.result_types[0].scalar.np_dtype
     return _unary_step(n, lambda x: x.astype(dt))
 

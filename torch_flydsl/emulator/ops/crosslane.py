@@ -254,3 +254,35 @@ def _gpu_shuffle(n, T):
         e[r_ok] = valid
 
     return step
+
+
+def _swap_builder(row: int):
+    """v_permlane{16,32}_swap_b32 (gfx950): with rows of ``row`` lanes, the odd rows of
+    ``old`` (vdst) and the even rows of ``src`` are exchanged. Returns the struct
+    {new vdst, new src}. Per the CDNA4 ISA description; inactive lanes are not modelled."""
+
+    def builder(n, T):
+        old, src = n.operands[:2]
+        r = n.results[0]
+
+        def step(W):
+            e = W.env
+            if not W.mask.all():
+                raise EmulatorError(f"{n.name} with inactive lanes at {n.loc} is not modelled")
+            lanes = W.lanes
+            o = np.array(_full(e[old], lanes))
+            s = np.array(_full(e[src], lanes))
+            lane = W.lane
+            odd = (lane // row) % 2 == 1
+            new_o, new_s = o.copy(), s.copy()
+            new_o[odd] = s[lane[odd] - row]
+            new_s[lane[odd] - row] = o[odd]
+            e[r] = (new_o, new_s)
+
+        return step
+
+    return builder
+
+
+register("rocdl.permlane16.swap")(_swap_builder(16))
+register("rocdl.permlane32.swap")(_swap_builder(32))
