@@ -76,6 +76,16 @@ def test_curated_breadth_offers_every_fitting_config(cache):
     assert sorted(r["benchmarked"]) == sorted(fitting) and len(fitting) > 1
 
 
+@pytest.mark.emulator
+def test_emulator_executor_runs_the_compiled_gfx950_kernel_end_to_end(cache):
+    # The whole path on a CPU: choice -> generated code -> custom op -> FlyDSL kernel compiled
+    # for gfx950 -> executed by the emulator (races/OOB fail the op) -> checked vs float64.
+    env = {"TORCH_FLYDSL_EXECUTOR": "emulator"}
+    r = compile_in_subprocess(cache, env, op="linear", layout="nt", shape=[96, 160, 128], force_win=True)
+    assert len(r["calls"]) == 1 and "torch_flydsl.dense_addmm_out" in r["calls"][0]
+    assert r["max_rel_err"] < 1e-2
+
+
 def test_unsupported_dtype_keeps_pytorch_path(cache):
     r = compile_in_subprocess(cache, STANDIN, op="mm", dtype="float32", force_win=True)
     assert r["calls"] == ["extern_kernels.mm(arg0_1, arg1_1, out=buf0)"]

@@ -19,8 +19,11 @@ output tile):
   and is read with 16-byte ``ds_read_b128``; an operand contiguous along M/N sits in LDS
   M/N-contiguous and is read with gfx950's transposing ``ds_read_b64_tr_b16``.
 * MFMA ``v_mfma_f32_16x16x32_{bf16,f16}``, fp32 accumulators.
-* Epilogue: ``alpha * acc + beta * bias[col]`` in fp32, rounded to the input dtype, stored
-  with per-element masks ``row < M and col < N`` (no out-of-bounds writes).
+* Epilogue: ``alpha * acc + beta * bias[col]`` in fp32, rounded once to the input dtype and
+  staged through a padded C tile in LDS (aliasing the A/B stages), then written as 16-byte
+  row vectors; rows ``>= M`` are skipped, and a vector that crosses N (or an output whose
+  leading stride is not a multiple of 8 elements) is written element by element with
+  ``col < N`` masks. Nothing outside ``out[:M, :N]`` is ever written.
 
 Tails: rows of A beyond M and columns of B beyond N are never fetched from outside the
 operand: the row/column index of each DMA vector is clamped to 0 when out of range. The
@@ -269,7 +272,7 @@ def build(spec: KernelSpec):
         # ---- software pipeline -------------------------------------------------------
         # Prologue: tiles 0..S-2 into stages 0..S-2. Tile indices are clamped to the last
         # tile so every thread always issues the same DMA count (exact vmcnt accounting);
-        # a clamped tile lands in a stage that is never read.
+        # a clamped tile lands in a stage that is free (never read again).
         last_tile = k_tiles - 1
         for s in range_constexpr(S - 1):
             t = (last_tile < s).select(last_tile, s)
@@ -281,8 +284,12 @@ def build(spec: KernelSpec):
             # that the next DMA overwrites (it held tile kt-1).
             gpu.barrier()
             nxt = kt + (S - 1)
+            # The stage comes from the unclamped index: it is the one that held tile kt-1,
+            # free after the barrier. (Deriving it from the clamped index made the last
+            # iterations DMA into the stage being computed: a race the emulator reported.)
+            stage = nxt % S
             nxt = (nxt < k_tiles).select(nxt, last_tile)
-            load_stage(nxt, nxt % S)
+            load_stage(nxt, stage)
             compute_stage(kt % S)
         rocdl.s_waitcnt(vmcnt=0)
 
