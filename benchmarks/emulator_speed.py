@@ -25,9 +25,6 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=512)
     args = ap.parse_args()
 
-    from torch_flydsl.emulator.capture import ensure_compile_env
-
-    ensure_compile_env()
     import torch
 
     from torch_flydsl.emulator import emulate

@@ -112,3 +112,18 @@ def test_enable_is_idempotent_and_glue_installs_once_on_first_inductor_import():
 def test_vllm_entry_point_can_run_twice():
     code = "import torch; from torch_flydsl._autoload import vllm_register as r; r(); r(); print('ok')"
     assert run_probe(code).stdout.strip() == "ok"
+
+
+def test_glue_installs_even_when_inductor_imports_lowering_mid_initialisation():
+    # torch._inductor.choices (and others) import lowering while they are half-initialised;
+    # the hook fires inside that chain, so installing must not import them itself.
+    code = textwrap.dedent(
+        """
+        import torch, importlib
+        importlib.import_module("torch._inductor.choices")
+        import torch._inductor.config as ic
+        from torch_flydsl.inductor.choices import is_ours
+        print(is_ours(ic.inductor_choices_class))
+        """
+    )
+    assert run_probe(code).stdout.strip() == "True"

@@ -13,9 +13,7 @@ import torch
 pytest.importorskip("flydsl")
 
 from torch_flydsl.emulator import run_and_compare  # noqa: E402
-from torch_flydsl.emulator.capture import ensure_compile_env  # noqa: E402
 
-ensure_compile_env()
 from torch_flydsl.templates.dense_gemm.config import BASELINE, search_space  # noqa: E402
 from torch_flydsl.templates.dense_gemm.launcher import compile_args  # noqa: E402
 from torch_flydsl.templates.dense_gemm.reference import reference  # noqa: E402

@@ -9,10 +9,8 @@ import torch
 pytest.importorskip("flydsl")
 
 from torch_flydsl.emulator import emulate, run_and_compare  # noqa: E402
-from torch_flydsl.emulator.capture import ensure_compile_env  # noqa: E402
 from torch_flydsl.emulator.checker import GLOBAL_OOB, LDS_UNINIT, RACE  # noqa: E402
 
-ensure_compile_env()
 import kernels_fly as K  # noqa: E402
 
 pytestmark = pytest.mark.emulator

@@ -20,11 +20,6 @@ from .errors import EmulatorError
 #: The last pass we run: the canonicalize that follows this fragment.
 _LOWERING_PASS = "convert-fly-to-rocdl"
 
-_COMPILE_ENV_DEFAULTS = {
-    "ARCH": "gfx950",
-    "FLYDSL_GPU_ARCH": "gfx950",
-    "FLYDSL_RUNTIME_ENABLE_CACHE": "0",
-}
 
 
 @dataclass
@@ -45,14 +40,6 @@ class CapturedKernel:
     host_func: str  # name of the host func.func
     slots: List[HostSlot] = field(default_factory=list)
     final_ir: Optional[str] = None  # fully compiled module (gpu.binary), for resources
-
-
-def ensure_compile_env() -> None:
-    """Set the env vars FlyDSL needs to target gfx950 on a machine without a GPU (if unset)."""
-    for k, v in _COMPILE_ENV_DEFAULTS.items():
-        os.environ.setdefault(k, v)
-    if "ROCM_PATH" not in os.environ and os.path.exists("/opt/fake-rocm/llvm/bin/ld.lld"):
-        os.environ["ROCM_PATH"] = "/opt/fake-rocm"
 
 
 def _pipeline_prefix(compile_hints: dict) -> List[str]:
@@ -129,22 +116,23 @@ def _host_slots(jf, args: tuple, kwargs: dict) -> List[HostSlot]:
 
 def capture(jit_fn, *args, **kwargs) -> CapturedKernel:
     """Compile ``jit_fn(*args)`` for gfx950 (no launch) and return the emulated IR stage."""
-    ensure_compile_env()
-    import flydsl.compiler as flyc
     from flydsl.compiler.jit_function import _unwrap_jit_function
+
+    from ..runtime.compile import CompileError, compile_gfx950, compile_only_env
 
     jf, bound_self = _unwrap_jit_function(jit_fn)
     if jf is None:
         raise EmulatorError(f"expected a @flyc.jit function, got {type(jit_fn).__name__}")
     if bound_self is not None:
         args = (bound_self, *args)
-    cf = flyc.compile(jf, *args, **kwargs)
-    artifact = getattr(cf, "_keepalive", None) if cf is not None else None
-    if artifact is None:
-        artifact = getattr(jf, "_last_compiled", (None, None))[1]
-    if artifact is None or artifact.source_ir is None:
-        raise EmulatorError("flyc.compile returned no artifact with source IR (is COMPILE_ONLY set?)")
-    asm = lower_source_ir(artifact.source_ir, jf._effective_compile_hints())
+    try:
+        artifact = compile_gfx950(jf, *args, **kwargs).artifact
+    except CompileError as e:
+        raise EmulatorError(f"compiling for gfx950 failed: {e}") from e
+    if artifact is None or not getattr(artifact, "source_ir", None):
+        raise EmulatorError("FlyDSL produced no traced source IR to emulate")
+    with compile_only_env():  # the pass pipeline FlyDSL builds depends on the target arch
+        asm = lower_source_ir(artifact.source_ir, jf._effective_compile_hints())
     return CapturedKernel(
         module_asm=asm,
         host_func=jf.func.__name__,

@@ -4,6 +4,10 @@ Installed through ``config.inductor_choices_class``. When another package alread
 factory to a class, we subclass theirs (our layer calls ``super()``), so both apply; we never
 replace it. The factory is a ``functools.partial`` carrying our version fingerprint because
 torch 2.11 keys the FX-graph cache on the pickled factory; 2.13+ call ``uuid()``.
+
+This module imports nothing from Inductor at import time: it is loaded while Inductor's own
+modules may still be initialising (the install hook fires inside their import chain); the
+classes are resolved when Inductor first asks the factory for its choices handler.
 """
 
 from __future__ import annotations
@@ -11,11 +15,7 @@ from __future__ import annotations
 import functools
 import threading
 
-from torch._inductor.choices import InductorChoices
-from torch._inductor.virtualized import V
-
 from .._log import log
-from .extern import extern_choice
 from .offer import log_offer, plan
 from .versions import fingerprint
 
@@ -23,6 +23,8 @@ _OP_FOR = {"mm": "dense_mm_out", "addmm": "dense_addmm_out"}
 
 
 def _node_label(op_name: str) -> str:
+    from torch._inductor.virtualized import V
+
     node = getattr(V.graph, "current_node", None)
     return f"{op_name} node {getattr(node, 'name', '?')}"
 
@@ -56,6 +58,8 @@ class FlyDSLChoicesMixin:
     # -- internals ------------------------------------------------------------------------
 
     def _flydsl_offer(self, kernel_inputs, op_name):
+        from torch._inductor.virtualized import V
+
         if op_name not in _OP_FOR:
             return None
         nodes = kernel_inputs.nodes()
@@ -75,6 +79,8 @@ class FlyDSLChoicesMixin:
         return offer
 
     def _flydsl_bind(self, kernel_inputs, op_name, offer):
+        from .extern import extern_choice
+
         choice = extern_choice(_OP_FOR[op_name])
         layout = kernel_inputs.output_layout(flexible=False)
         kwargs = {}
@@ -112,8 +118,13 @@ def composed_class(base: type) -> type:
     return type(f"FlyDSL{base.__name__}", (FlyDSLChoicesMixin, base), {"__module__": __name__})
 
 
-def make_choices(base: type = InductorChoices, version: tuple = ()) -> InductorChoices:
-    """The factory Inductor calls (through a partial that also pins ``version``)."""
+def make_choices(base=None, version: tuple = ()):
+    """The factory Inductor calls (through a partial that also pins ``version``).
+
+    ``base`` is the choices class we layer on: another package's, or Inductor's default.
+    """
+    if base is None:
+        from torch._inductor.choices import InductorChoices as base
     return composed_class(base)()
 
 

@@ -30,25 +30,22 @@ def install() -> bool:
         )
         _installed = True
         return False
+    # Only Inductor's config is touched here: this runs inside Inductor's import chain, where
+    # other Inductor modules (choices, select_algorithm) may be half-initialised.
     from torch._inductor import config as ic
-    from torch._inductor.choices import InductorChoices
 
     from .choices import is_ours, make_choices
-    from .extern import extern_choice
     from .versions import fingerprint
-
-    for op_name in ("dense_mm_out", "dense_addmm_out"):
-        extern_choice(op_name)  # register eagerly: codegen and benchmarking look them up by name
 
     current = ic.inductor_choices_class
     if current is None or is_ours(current):
-        base = InductorChoices
-    elif isinstance(current, type) and issubclass(current, InductorChoices):
+        base = None  # Inductor's default InductorChoices, resolved when the factory runs
+    elif isinstance(current, type):
         base = current
         log.info("composing FlyDSL choices with the existing inductor_choices_class %s", current.__qualname__)
     else:
         log.warning(
-            "inductor_choices_class is set to %r, which is not an InductorChoices subclass; "
+            "inductor_choices_class is set to %r, which is not a class we can layer on; "
             "torch_flydsl leaves it alone and offers no FlyDSL GEMM choices",
             current,
         )

@@ -93,9 +93,11 @@ def _env(values: dict[str, Optional[str]]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def compile_only_env(arch: str = "gfx950") -> Iterator[None]:
-    """Environment under which FlyDSL targets ``arch`` and cannot launch anything."""
-    from .cache import flydsl_cache_dir
+    """Environment under which FlyDSL targets ``arch`` and cannot launch anything.
 
+    FlyDSL's disk cache is off here: an artifact it loads from disk carries no traced source
+    IR (the emulator needs it), and compile-only builds are checks, not a hot path.
+    """
     rocm = _rocm_path_with_lld()
     if rocm is None:
         raise CompileError("no ld.lld found: install lld (e.g. apt-get install lld-19) or set ROCM_PATH")
@@ -106,7 +108,7 @@ def compile_only_env(arch: str = "gfx950") -> Iterator[None]:
             "ROCM_PATH": rocm,
             # 0.3.x only stops launching with this; 0.4+ ignores it for flyc.compile.
             "COMPILE_ONLY": "1",
-            "FLYDSL_RUNTIME_CACHE_DIR": str(flydsl_cache_dir()),
+            "FLYDSL_RUNTIME_ENABLE_CACHE": "0",
         }
     ):
         yield
