@@ -9,11 +9,12 @@ the compiled model run end to end with its GEMMs executed by the emulator.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 
 import torch
 from tabulate import tabulate
+
+from .runtime.compile import patched_env
 
 
 class MLP(torch.nn.Module):
@@ -24,20 +25,6 @@ class MLP(torch.nn.Module):
 
     def forward(self, x):
         return self.down(torch.nn.functional.gelu(self.up(x)))
-
-
-@contextlib.contextmanager
-def _env(**values):
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: v for k, v in values.items()})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _gemms(model: MLP, m: int):
@@ -89,7 +76,7 @@ def run(quick: bool = False) -> int:
     print(f"torch_flydsl {torch_flydsl.__version__} | torch {torch.__version__} | flydsl {flydsl_info().version}")
     print(f"model: Linear({d}->{hidden}, bias) -> GELU -> Linear({hidden}->{d}), bf16, batch {m}\n")
 
-    with _env(TORCH_FLYDSL_EXECUTOR="device"):
+    with patched_env({"TORCH_FLYDSL_EXECUTOR": "device"}):
         reason = device_decline(torch.device("cuda", 0))
     if reason is None:
         model, x = model.cuda(), torch.randn(m, d, dtype=torch.bfloat16, device="cuda")
@@ -157,7 +144,7 @@ def run(quick: bool = False) -> int:
     print("torch.compile(mode='max-autotune') with ATEN,TRITON,FLYDSL on this CPU, FlyDSL GEMMs run in the")
     print("emulator. Timings mean nothing here, so FlyDSL is declared the winner to exercise the path:")
     xin = torch.randn(m, d, dtype=torch.bfloat16)
-    with _env(TORCH_FLYDSL_EXECUTOR="emulator"):
+    with patched_env({"TORCH_FLYDSL_EXECUTOR": "emulator"}):
         y, calls = _compile_generated_calls(model, xin, force_flydsl=True)
     for c in calls:
         print("  ", c)

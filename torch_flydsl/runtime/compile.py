@@ -74,7 +74,8 @@ def _rocm_path_with_lld() -> Optional[str]:
 
 
 @contextlib.contextmanager
-def _env(values: dict[str, Optional[str]]) -> Iterator[None]:
+def patched_env(values: dict[str, Optional[str]]) -> Iterator[None]:
+    """Set (or, with None, unset) environment variables for the duration of the block."""
     saved = {k: os.environ.get(k) for k in values}
     try:
         for k, v in values.items():
@@ -101,7 +102,7 @@ def compile_only_env(arch: str = "gfx950") -> Iterator[None]:
     rocm = _rocm_path_with_lld()
     if rocm is None:
         raise CompileError("no ld.lld found: install lld (e.g. apt-get install lld-19) or set ROCM_PATH")
-    with _ENV_LOCK, _env(
+    with _ENV_LOCK, patched_env(
         {
             "ARCH": arch,
             "FLYDSL_GPU_ARCH": arch,
