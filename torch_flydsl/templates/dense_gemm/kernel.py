@@ -270,26 +270,32 @@ def build(spec: KernelSpec):
                 fx.gemm(tiled_mma, acc, frag_a[None, None, kk], frag_b[None, None, kk], acc)
 
         # ---- software pipeline -------------------------------------------------------
-        # Prologue: tiles 0..S-2 into stages 0..S-2. Tile indices are clamped to the last
-        # tile so every thread always issues the same DMA count (exact vmcnt accounting);
-        # a clamped tile lands in a stage that is free (never read again).
-        last_tile = k_tiles - 1
+        # Prologue: tiles 0..S-2 into stages 0..S-2 (only those that exist). In iteration kt
+        # the DMA for tile kt+S-1 goes into stage (kt+S-1) % S, which held tile kt-1 and is
+        # free after the barrier; past the last tile nothing is fetched.
         for s in range_constexpr(S - 1):
-            t = (last_tile < s).select(last_tile, s)
-            load_stage(t, s)
+            if const_expr(s == 0):
+                load_stage(0, 0)  # K >= block_k: tile 0 always exists
+            else:
+                if s < k_tiles:
+                    load_stage(s, s)
         for kt in range(k_tiles):
-            # Tile kt has landed once at most the S-2 younger tiles are outstanding.
-            rocdl.s_waitcnt(vmcnt=(S - 2) * LOADS_PER_TILE)
+            # Tile kt has landed once at most the DMAs of the younger tiles in flight remain
+            # outstanding. Away from the end that is S-2 full tiles; near the end fewer were
+            # issued, so wait for everything (a wait for "S-2 tiles" would not cover kt).
+            if const_expr(S > 2):
+                if kt + (S - 2) < k_tiles:
+                    rocdl.s_waitcnt(vmcnt=(S - 2) * LOADS_PER_TILE)
+                else:
+                    rocdl.s_waitcnt(vmcnt=0)
+            else:
+                rocdl.s_waitcnt(vmcnt=0)
             # Everyone's DMA for tile kt is visible, and everyone finished reading the stage
             # that the next DMA overwrites (it held tile kt-1).
             gpu.barrier()
             nxt = kt + (S - 1)
-            # The stage comes from the unclamped index: it is the one that held tile kt-1,
-            # free after the barrier. (Deriving it from the clamped index made the last
-            # iterations DMA into the stage being computed: a race the emulator reported.)
-            stage = nxt % S
-            nxt = (nxt < k_tiles).select(nxt, last_tile)
-            load_stage(nxt, stage)
+            if nxt < k_tiles:
+                load_stage(nxt, nxt % S)
             compute_stage(kt % S)
         rocdl.s_waitcnt(vmcnt=0)
 
