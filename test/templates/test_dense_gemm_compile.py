@@ -122,3 +122,35 @@ def test_one_compiled_kernel_serves_every_shape_stride_and_offset():
     fn1, ir1 = traced(300, 200, 512, 8)
     fn2, ir2 = traced(17, 9, 128, 0)
     assert fn1 is fn2 and ir1 == ir2
+
+
+def test_compile_args_pack_strides_sizes_and_flat_operands():
+    a = torch.empty(40, 64 + 8, dtype=torch.bfloat16)[:, :64]  # row-major, lda 72
+    b = torch.empty(48, 64 + 16, dtype=torch.bfloat16)[:, :64].t()  # col-major [64, 48], ldb 80
+    out = torch.empty(40, 56, dtype=torch.bfloat16)[:, :48]  # ldc 56
+    bias = torch.empty(48, dtype=torch.bfloat16).expand(40, 48)
+    jit_fn, args = compile_args(BASELINE, a, b, out, bias, alpha=0.5, beta=2.0)
+    out_f, a_f, b_f, bias_f, m, n, k, lda, ldb, ldc, alpha, beta, _stream = args
+    assert (m, n, k, lda, ldb, ldc, alpha, beta) == (40, 48, 64, 72, 80, 56, 0.5, 2.0)
+    for flat, t in ((out_f, out), (a_f, a), (b_f, b)):
+        assert flat.dim() == 1 and flat.stride() == (1,) and flat.data_ptr() == t.data_ptr()
+    assert out_f.numel() == 39 * 56 + 48 and a_f.numel() == 39 * 72 + 64 and b_f.numel() == 47 * 80 + 64
+    assert bias_f.shape == (48,) and bias_f.stride() == (1,) and bias_f.data_ptr() == bias.data_ptr()
+
+
+def test_beta_zero_selects_the_bias_free_kernel():
+    from torch_flydsl.templates.dense_gemm.launcher import kernel_spec
+
+    a, b, out, bias = operands("nt", torch.float16, bias=True)
+    fn_zero, args = compile_args(BASELINE, a, b, out, bias, beta=0.0)
+    fn_none, _ = compile_args(BASELINE, a, b, out, None)
+    assert fn_zero is fn_none
+    assert kernel_spec(BASELINE, a, b, None).name.endswith("_b0")
+
+
+def test_launch_refuses_cpu_tensors():
+    from torch_flydsl.templates.dense_gemm import launch
+
+    a, b, out, _ = operands("nn", torch.bfloat16)
+    with pytest.raises(RuntimeError, match="ROCm GPU"):
+        launch(BASELINE, a, b, out)
