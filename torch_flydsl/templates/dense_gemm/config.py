@@ -21,7 +21,7 @@ from ..base import Decline
 from .problem import GemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
-KERNEL_VERSION = "dense_gemm-3"
+KERNEL_VERSION = "dense_gemm-4"
 
 WAVE_SIZE = 64
 MMA_M, MMA_N, MMA_K = 16, 16, 32  # v_mfma_f32_16x16x32_{bf16,f16}
@@ -31,6 +31,7 @@ VEC = DMA_BYTES // ELEM_BYTES  # elements per DMA vector
 LDS_LIMIT_BYTES = 160 * 1024  # gfx950 LDS per workgroup
 MAX_THREADS = 1024
 MAX_VMCNT = 63  # s_waitcnt vmcnt field on gfx950
+NUM_XCDS = 8  # MI350: workgroups are dispatched round-robin over 8 XCDs (separate L2s)
 # Accumulator budget per lane (fp32 registers); beyond this the register allocator spills.
 MAX_ACC_REGS_PER_LANE = 128
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
@@ -151,6 +152,9 @@ def block_tile(cfg: DenseGemmConfig, pid: int, m: int, n: int) -> tuple[int, int
     num_pid_n = -(-n // cfg.block_n)
     if cfg.group_m <= 0:
         return pid // num_pid_n, pid % num_pid_n
+    num_wg = num_pid_m * num_pid_n
+    if num_wg % NUM_XCDS == 0:
+        pid = (pid % NUM_XCDS) * (num_wg // NUM_XCDS) + pid // NUM_XCDS
     per_group = num_pid_n * cfg.group_m
     first_m = pid // per_group * cfg.group_m
     group_rows = min(num_pid_m - first_m, cfg.group_m)

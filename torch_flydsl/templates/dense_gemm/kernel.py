@@ -6,8 +6,9 @@ serves every M, N, K (K a multiple of block_k), leading stride and storage offse
 Structure of one workgroup (``m_waves x n_waves`` wave64 waves, one ``block_m x block_n``
 output tile):
 
-* Block order: ``block_idx.x`` is mapped to (pid_m, pid_n), row-major over N, or grouped by
-  ``group_m`` rows of tiles when group-M swizzle is on (better L2 reuse of B).
+* Block order: ``block_idx.x`` is mapped to (pid_m, pid_n), row-major over N, or, when
+  ``group_m > 0``, first spread into one contiguous run per XCD and then grouped by
+  ``group_m`` rows of tiles (L2 reuse of B). ``config.block_tile`` is the same in Python.
 * Global -> LDS: gfx950's async buffer->LDS DMA, 16 bytes per lane per instruction. A DMA
   writes lane ``l`` of a wave to ``lds_base + 16*l``, so LDS positions are fixed by the thread
   id; each lane therefore *fetches* the global vector that belongs at its LDS position (the
@@ -40,7 +41,17 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import C_LDS_ROW_STRIDE, DMA_BYTES, MMA_K, MMA_M, MMA_N, VEC, WAVE_SIZE, DenseGemmConfig
+from .config import (
+    C_LDS_ROW_STRIDE,
+    DMA_BYTES,
+    MMA_K,
+    MMA_M,
+    MMA_N,
+    NUM_XCDS,
+    VEC,
+    WAVE_SIZE,
+    DenseGemmConfig,
+)
 
 
 @dataclass(frozen=True)
@@ -144,6 +155,12 @@ def build(spec: KernelSpec):
         num_pid_m = (m + BM - 1) // BM
         num_pid_n = (n + BN - 1) // BN
         if const_expr(GROUP_M > 0):
+            # MI350 hands consecutive workgroup ids round-robin to its XCDs, each with its own
+            # L2: give every XCD a contiguous run of ids first (when they divide evenly), so
+            # that the group-M neighbourhood below shares one L2.
+            num_wg = num_pid_m * num_pid_n
+            by_xcd = (pid % NUM_XCDS) * (num_wg // NUM_XCDS) + pid // NUM_XCDS
+            pid = ((num_wg % NUM_XCDS) == 0).select(by_xcd, pid)
             per_group = num_pid_n * GROUP_M
             group_id = pid // per_group
             first_m = group_id * GROUP_M
