@@ -127,11 +127,13 @@ def compiled_kernel(cfg: DenseGemmConfig, jit_fn, args: tuple):
     import flydsl.compiler as flyc
 
     key = (jit_fn, cfg.key())
-    with _LOCK:
-        cf = _COMPILED.get(key)
-        if cf is None:
-            cf = flyc.compile(jit_fn, *args)
-            _COMPILED[key] = cf
+    cf = _COMPILED.get(key)  # hot path: no lock once compiled
+    if cf is None:
+        with _LOCK:
+            cf = _COMPILED.get(key)
+            if cf is None:
+                cf = flyc.compile(jit_fn, *args)
+                _COMPILED[key] = cf
     return cf
 
 
