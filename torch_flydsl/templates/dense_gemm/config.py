@@ -167,6 +167,8 @@ BASELINE = DenseGemmConfig(128, 128, 64, 2, 2, 2, 0)
 # Hand-picked: decode-sized M (16/32), medium tiles, large tiles, deeper pipelines, group-M.
 CURATED = (
     BASELINE,
+    # Decode (M <= 16): no split-K, so narrow N tiles are what put more workgroups in flight.
+    DenseGemmConfig(16, 32, 128, 1, 2, 3, 0),
     DenseGemmConfig(16, 64, 128, 1, 2, 2, 0),
     DenseGemmConfig(16, 128, 128, 1, 4, 2, 0),
     DenseGemmConfig(32, 128, 64, 1, 4, 3, 0),
