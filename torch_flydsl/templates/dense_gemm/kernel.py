@@ -14,7 +14,9 @@ output tile):
   id; each lane therefore *fetches* the global vector that belongs at its LDS position (the
   XOR swizzle of the LDS layout is an involution, so this is the same swizzle function).
   ``stages`` LDS buffers per operand; ``stages - 1`` K tiles are in flight ahead of compute,
-  tracked with ``s_waitcnt vmcnt`` (every thread issues the same number of DMAs per tile).
+  tracked with ``s_waitcnt vmcnt`` (every thread issues the same number of DMAs per tile, so
+  "at most (stages-2) tiles outstanding" means "this tile landed"; in the last iterations,
+  where nothing more is fetched, the wait drains everything). One barrier per K tile.
 * LDS -> registers: FlyDSL tiled copies matched to the MFMA operand layouts. An operand whose
   K dimension is contiguous in memory (row-major A, column-major B) sits in LDS K-contiguous
   and is read with 16-byte ``ds_read_b128``; an operand contiguous along M/N sits in LDS
