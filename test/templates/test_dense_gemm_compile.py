@@ -154,3 +154,9 @@ def test_launch_refuses_cpu_tensors():
     a, b, out, _ = operands("nn", torch.bfloat16)
     with pytest.raises(RuntimeError, match="ROCm GPU"):
         launch(BASELINE, a, b, out)
+
+
+def test_compile_args_rejects_mixed_dtypes():
+    a, b, out, _ = operands("nt", torch.bfloat16)
+    with pytest.raises(ValueError, match="share dtype"):
+        compile_args(BASELINE, a, b, out, torch.empty(out.shape[1], dtype=torch.float32))

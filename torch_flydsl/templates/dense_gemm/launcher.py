@@ -84,6 +84,11 @@ def compile_args(
         raise ValueError(f"shape mismatch: A {tuple(a.shape)}, B {tuple(b.shape)}, out {tuple(out.shape)}")
     if out.stride(1) != 1 and n > 1:
         raise ValueError(f"out must be row-major, strides {tuple(out.stride())}")
+    # One compiled kernel per spec: every tensor must have the spec's dtype, or a cached
+    # kernel would be fed another element type.
+    dtypes = {a.dtype, b.dtype, out.dtype} | ({bias.dtype} if bias is not None else set())
+    if len(dtypes) != 1 or a.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"A, B, out and bias must share dtype bf16 or fp16, got {sorted(map(str, dtypes))}")
     _, lda = operand_major(a, "A")
     _, ldb = operand_major(b, "B")
     if bias is not None and beta == 0.0:
