@@ -37,7 +37,7 @@ MAX_ACC_REGS_PER_LANE = 128
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def C_LDS_ROW_STRIDE(block_n: int) -> int:
+def c_lds_row_stride(block_n: int) -> int:
     """Row stride (elements) of the epilogue's C tile in LDS: padded by one 16-byte vector so
     the four row groups of an MFMA output block land in different banks."""
     return block_n + VEC
@@ -67,7 +67,7 @@ class DenseGemmConfig:
     def lds_bytes(self) -> int:
         """Static LDS: the A/B stage buffers, aliased by the epilogue's padded C tile."""
         ab = self.stages * (self.block_m + self.block_n) * self.block_k * ELEM_BYTES
-        c = self.block_m * C_LDS_ROW_STRIDE(self.block_n) * ELEM_BYTES
+        c = self.block_m * c_lds_row_stride(self.block_n) * ELEM_BYTES
         return max(ab, c)
 
     @property

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from .config import (
-    C_LDS_ROW_STRIDE,
+    c_lds_row_stride,
     DMA_BYTES,
     MMA_K,
     MMA_M,
@@ -119,7 +119,7 @@ def build(spec: KernelSpec):
     LOADS_PER_TILE = A_ITERS + B_ITERS
     ELEM_IS_F16 = spec.dtype == torch.float16
     REP_M = BM // (cfg.m_waves * MMA_M)  # MFMA blocks per wave along M
-    C_LDS_STRIDE = C_LDS_ROW_STRIDE(BN)
+    C_LDS_STRIDE = c_lds_row_stride(BN)
     C_VECTORS = BM * BN // VEC  # 16-byte row vectors of the output tile
     C_STORE_ITERS = -(-C_VECTORS // THREADS)
 
