@@ -159,8 +159,15 @@ def launch(
     """
     if not a.is_cuda:
         raise RuntimeError("dense_gemm.launch needs device tensors on a ROCm GPU")
+    from ...runtime.probe import flydsl_has_cpu_safe_compile
+
     if stream is None:
         stream = torch.cuda.current_stream(a.device)
     jit_fn, args = compile_args(cfg, a, b, out, bias, alpha, beta, stream)
-    compiled_kernel(cfg, jit_fn, args)(*args)
+    if flydsl_has_cpu_safe_compile():
+        # 0.4+: flyc.compile returns a CompiledFunction; calling it skips the per-call retrace.
+        compiled_kernel(cfg, jit_fn, args)(*args)
+    else:
+        # 0.3.x: the jit function compiles on first call and then dispatches by argument types.
+        jit_fn(*args)
     return out
