@@ -115,6 +115,22 @@ def compile_only_env(arch: str = "gfx950") -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def device_compile_env(arch: str) -> Iterator[None]:
+    """Environment for compiling (and launching) on a real GPU of ``arch``.
+
+    The arch is pinned because FlyDSL's own detection falls back to gfx942 where
+    ``rocm_agent_enumerator`` fails (seen in Inductor's worker processes); FlyDSL's disk cache
+    goes to the user's ``FLYDSL_RUNTIME_CACHE_DIR`` or under Inductor's cache dir.
+    """
+    from .cache import flydsl_cache_dir
+
+    with _ENV_LOCK, patched_env(
+        {"ARCH": arch, "FLYDSL_GPU_ARCH": arch, "FLYDSL_RUNTIME_CACHE_DIR": str(flydsl_cache_dir()), "COMPILE_ONLY": None}
+    ):
+        yield
+
+
 def compile_gfx950(jit_fn, *args, arch: str = "gfx950", **kwargs) -> CompiledKernel:
     """Trace, lower and link ``jit_fn(*args)`` for ``arch``; never launches.
 

@@ -17,6 +17,7 @@ all sizes, strides and pointers are runtime values.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Optional
 
@@ -123,23 +124,28 @@ _COMPILED: dict = {}
 _LOCK = threading.Lock()
 
 
-def compiled_kernel(cfg: DenseGemmConfig, jit_fn, args: tuple):
-    """The ``flyc.compile``d kernel for this spec, compiled on first use and cached.
+def _first_use(key, compile_fn) -> tuple[Any, bool]:
+    """Run ``compile_fn`` once per key, in the device compile environment, and cache its
+    result. Returns ``(result, ran_now)``."""
+    hit = _COMPILED.get(key)  # hot path: no lock once compiled
+    if hit is not None:
+        return hit, False
+    from ...runtime.arch import device_arch
+    from ...runtime.compile import device_compile_env
 
-    Keyed by the jit function (one per ``KernelSpec``) and the argument-type signature that
-    ``flyc.compile`` specializes on (dtype/rank of each tensor; sizes are dynamic).
-    """
-    import flydsl.compiler as flyc
+    with _LOCK:
+        hit = _COMPILED.get(key)
+        if hit is not None:
+            return hit, False
+        with device_compile_env(device_arch(key[1]) or "gfx950"):
+            hit = compile_fn()
+        _COMPILED[key] = hit
+        return hit, True
 
-    key = (jit_fn, cfg.key())
-    cf = _COMPILED.get(key)  # hot path: no lock once compiled
-    if cf is None:
-        with _LOCK:
-            cf = _COMPILED.get(key)
-            if cf is None:
-                cf = flyc.compile(jit_fn, *args)
-                _COMPILED[key] = cf
-    return cf
+
+def launch_key(jit_fn, device: torch.device) -> tuple:
+    # A compiled kernel belongs to one process (fork safety) and one device (module loads).
+    return (os.getpid(), device.index or 0, jit_fn)
 
 
 def launch(
@@ -164,10 +170,18 @@ def launch(
     if stream is None:
         stream = torch.cuda.current_stream(a.device)
     jit_fn, args = compile_args(cfg, a, b, out, bias, alpha, beta, stream)
+    key = launch_key(jit_fn, a.device)
     if flydsl_has_cpu_safe_compile():
-        # 0.4+: flyc.compile returns a CompiledFunction; calling it skips the per-call retrace.
-        compiled_kernel(cfg, jit_fn, args)(*args)
+        # 0.4+: flyc.compile returns a CompiledFunction without launching; calling it later
+        # skips the per-call retrace.
+        import flydsl.compiler as flyc
+
+        compiled, _ = _first_use(key, lambda: flyc.compile(jit_fn, *args))
+        compiled(*args)
     else:
-        # 0.3.x: the jit function compiles on first call and then dispatches by argument types.
-        jit_fn(*args)
+        # 0.3.x: the jit function compiles on its first call, which also launches it; later
+        # calls dispatch by argument types.
+        _, launched = _first_use(key, lambda: jit_fn(*args) or True)
+        if not launched:
+            jit_fn(*args)
     return out
