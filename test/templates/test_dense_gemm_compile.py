@@ -7,7 +7,6 @@ layout x dtype x bias product is marked ``slow``.
 """
 
 import itertools
-import os
 import re
 from pathlib import Path
 

@@ -11,9 +11,8 @@ nothing is launched) and replaying the prefix of the same pass pipeline on the t
 from __future__ import annotations
 
 import ctypes
-import os
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Tuple
+from typing import List, Optional
 
 from .errors import EmulatorError
 

@@ -9,8 +9,8 @@ access to pending bytes is reported. Findings are deduplicated by (kind, source 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
 
 import numpy as np
 

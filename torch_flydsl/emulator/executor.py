@@ -16,7 +16,7 @@ from .checker import ERROR_KINDS, Finding, Findings
 from .errors import EmulatorError
 from .ir_program import Func, Program, read_program
 from .memory import GlobalMemory
-from .state import WAVE, Wave, Workgroup
+from .state import Wave, Workgroup
 from .translate import CBlock, Translator
 from .types import TypeInfo, byte_size
 

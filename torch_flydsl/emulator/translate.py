@@ -10,7 +10,7 @@ at translation time, naming the op and its source location.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict
 
 import numpy as np
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import sympy
-import torch
 
 from .. import config
 from .._log import log

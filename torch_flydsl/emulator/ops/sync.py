@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import EmulatorError, UnsupportedOp
+from ..errors import UnsupportedOp
 from ..translate import Gen, register
 
 _NOOPS = (
