@@ -12,6 +12,7 @@ import torch
 
 NAMESPACE = "torch_flydsl"
 _lib = None
+_warned: set = set()  # (config, reason) pairs already logged: a fallback repeats every call
 
 
 def _torch_fallback(a, b, out, bias, alpha, beta) -> None:
@@ -37,7 +38,9 @@ def _run_dense(cfg_key: str, a, b, out, bias, alpha: float, beta: float) -> None
     problem = check_problem(meta(a), meta(b), meta(out), meta(bias))
     why = problem if isinstance(problem, Decline) else config_fits(cfg, problem)
     if why is not None:
-        log.warning("FlyDSL %s skipped for this call, using PyTorch: %s", cfg_key, why)
+        if (cfg_key, str(why)) not in _warned:
+            _warned.add((cfg_key, str(why)))
+            log.warning("FlyDSL %s skipped for these operands, using PyTorch: %s", cfg_key, why)
         _torch_fallback(a, b, out, bias, alpha, beta)
         return
     if executor == "reference-standin":

@@ -59,7 +59,7 @@ class TensorMeta:
 
     @property
     def itemsize(self) -> int:
-        return torch.empty((), dtype=self.dtype).element_size()
+        return self.dtype.itemsize
 
     def byte_span(self) -> int:
         """Bytes from the tensor's first element to one past its last one."""

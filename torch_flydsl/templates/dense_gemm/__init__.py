@@ -11,6 +11,7 @@ from .config import (
     config_fits,
     search_space,
 )
+from .eligibility import check_problem
 from .launcher import compile_args, flat_operand, grid_block, launch
 from .problem import GemmProblem
 from .reference import reference
@@ -21,6 +22,7 @@ __all__ = [
     "KERNEL_VERSION",
     "DenseGemmConfig",
     "GemmProblem",
+    "check_problem",
     "compile_args",
     "config_fits",
     "flat_operand",

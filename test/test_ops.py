@@ -1,0 +1,47 @@
+"""The plugin's custom ops, called directly as generated code calls them."""
+
+import logging
+
+import pytest
+import torch
+
+import torch_flydsl
+from torch_flydsl import ops
+from torch_flydsl.runtime.launch_guard import LaunchRefused
+
+torch_flydsl.enable()
+CFG = "m128n128k64_w2x2_s2_g0"
+
+
+def operands(m=64, n=128, k=128, offset=0):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(m * k + offset, dtype=torch.bfloat16, generator=g)[offset:].view(m, k)
+    b = torch.randn(k, n, dtype=torch.bfloat16, generator=g)
+    return a, b, torch.empty(m, n, dtype=torch.bfloat16)
+
+
+def test_operands_the_kernel_cannot_take_get_pytorchs_result_and_one_warning(monkeypatch, caplog):
+    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "reference-standin")
+    a, b, out = operands(offset=1)  # A's origin is 2 bytes past a 16-byte boundary
+    with caplog.at_level(logging.WARNING, logger="torch_flydsl"):
+        ops.op("dense_mm_out")(a, b, cfg=CFG, out=out)
+        ops.op("dense_mm_out")(a, b, cfg=CFG, out=out)
+    assert torch.equal(out, torch.mm(a, b))
+    assert caplog.text.count("using PyTorch") == 1 and "not on a 16-byte boundary" in caplog.text
+
+
+def test_device_executor_refuses_instead_of_aborting_without_gfx950(monkeypatch):
+    monkeypatch.delenv("TORCH_FLYDSL_EXECUTOR", raising=False)
+    a, b, out = operands()
+    with pytest.raises(LaunchRefused, match="will not launch"):
+        ops.op("dense_mm_out")(a, b, cfg=CFG, out=out)
+
+
+@pytest.mark.emulator
+def test_emulator_executor_runs_the_gfx950_kernel(monkeypatch):
+    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "emulator")
+    a, b, out = operands(m=72, n=136)
+    bias = torch.randn(136, dtype=torch.bfloat16)
+    ops.op("dense_addmm_out")(bias, a, b, alpha=0.5, beta=2.0, cfg=CFG, out=out)
+    ref = 0.5 * (a.double() @ b.double()) + 2.0 * bias.double()
+    assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2
