@@ -8,7 +8,7 @@ from typing import Optional, Union
 import torch
 
 from .templates.base import Decline, TensorMeta
-from .templates.dense_gemm.config import DenseGemmConfig, config_fits, search_space
+from .templates.dense_gemm.config import DenseGemmConfig, configs_for
 from .templates.dense_gemm.eligibility import check_problem
 from .templates.dense_gemm.problem import GemmProblem
 
@@ -47,10 +47,5 @@ def explain_mm(m, n, k, dtype="bf16", layout="nt", bias=False, breadth: Optional
     ex = Explanation(problem, breadth)
     if isinstance(problem, Decline):
         return ex
-    for cfg in search_space(breadth):
-        why = config_fits(cfg, problem)
-        if why is None:
-            ex.offered.append(cfg)
-        else:
-            ex.declined.append((cfg, why))
+    ex.offered, ex.declined = configs_for(problem, breadth)
     return ex

@@ -15,7 +15,7 @@ from .._log import log
 from ..runtime.launch_guard import device_decline
 from ..runtime.probe import flydsl_info
 from ..templates.base import Decline, TensorMeta
-from ..templates.dense_gemm.config import config_fits, search_space
+from ..templates.dense_gemm.config import configs_for
 from ..templates.dense_gemm.eligibility import check_problem
 from ..templates.dense_gemm.config import DenseGemmConfig
 
@@ -103,12 +103,9 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict) -> Offer:
     from torch._inductor import config as ic
 
     breadth = config.autotune_breadth(getattr(ic, "max_autotune_gemm_search_space", "DEFAULT"))
-    for cfg in search_space(breadth):
-        why = config_fits(cfg, problem)
-        if why is None:
-            offer.configs.append(cfg)
-        else:
-            offer.declined.append((cfg, why))
+    fitting, declined = configs_for(problem, breadth)
+    offer.configs.extend(fitting)
+    offer.declined.extend(declined)
     return offer
 
 

@@ -9,6 +9,7 @@ from .config import (
     KERNEL_VERSION,
     DenseGemmConfig,
     config_fits,
+    configs_for,
     search_space,
 )
 from .eligibility import check_problem
@@ -25,6 +26,7 @@ __all__ = [
     "check_problem",
     "compile_args",
     "config_fits",
+    "configs_for",
     "flat_operand",
     "grid_block",
     "launch",

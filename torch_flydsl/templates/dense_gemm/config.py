@@ -238,3 +238,15 @@ def config_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]
     if problem.m >= 2**31 or problem.n >= 2**31 or problem.k >= 2**31:
         return Decline("shape", "M, N and K must fit in int32")
     return None
+
+
+def configs_for(problem: GemmProblem, breadth: str) -> tuple[list[DenseGemmConfig], list[tuple[DenseGemmConfig, Decline]]]:
+    """The configs of ``breadth`` that fit ``problem``, and the others with their reasons."""
+    fitting, declined = [], []
+    for cfg in search_space(breadth):
+        why = config_fits(cfg, problem)
+        if why is None:
+            fitting.append(cfg)
+        else:
+            declined.append((cfg, why))
+    return fitting, declined
