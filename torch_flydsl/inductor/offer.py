@@ -113,7 +113,10 @@ def log_offer(offer: Offer, where: str) -> None:
     if offer.configs:
         log.info("%s: offering %d FlyDSL config(s): %s", where, len(offer.configs), ", ".join(c.key() for c in offer.configs))
     for cfg, d in offer.declined:
-        if cfg is None:
-            log.info("%s: no FlyDSL choice: %s", where, d)
-        else:
+        if cfg is not None:
             log.debug("%s: config %s declined: %s", where, cfg.key(), d)
+        elif d.category == "config":
+            # FLYDSL not requested / max-autotune off: true of every node, not news.
+            log.debug("%s: no FlyDSL choice: %s", where, d)
+        else:
+            log.info("%s: no FlyDSL choice: %s", where, d)
