@@ -90,3 +90,9 @@ def autotune_breadth(inductor_search_space: str = "DEFAULT") -> str:
 def backends_include_flydsl(backends: str) -> bool:
     """Same rule Inductor applies to its own names: comma-separated, case-insensitive."""
     return BACKEND_NAME in [x.strip().upper() for x in backends.split(",")]
+
+
+def cache_key_knobs() -> tuple[tuple[str, str], ...]:
+    """The knobs that change generated code, as set now: they belong in the FX-graph cache key."""
+    names = ("TORCH_FLYDSL_AUTOTUNE", "TORCH_FLYDSL_EXECUTOR", "TORCH_FLYDSL_INTREE_POLICY")
+    return tuple((n, os.environ.get(n, "").strip().lower()) for n in names)

@@ -126,6 +126,12 @@ def test_warm_fx_graph_cache_in_a_fresh_process_runs_the_plugin_op(cache):
     assert warm["max_rel_err"] < 1e-2
 
 
+def test_changing_a_plugin_knob_misses_the_fx_graph_cache(cache):
+    compile_in_subprocess(cache, {**STANDIN, "TORCH_FLYDSL_AUTOTUNE": "0"}, op="mm", force_win=True)
+    wider = compile_in_subprocess(cache, {**STANDIN, "TORCH_FLYDSL_AUTOTUNE": "1"}, op="mm", force_win=True)
+    assert wider["fx_misses"] == 1 and len(wider["benchmarked"]) > 1
+
+
 def test_version_bump_invalidates_fx_graph_and_autotune_caches(cache):
     compile_in_subprocess(cache, STANDIN, op="mm", force_win=True)
     bumped = compile_in_subprocess(cache, STANDIN, op="mm", force_win=True, bump_version=True)

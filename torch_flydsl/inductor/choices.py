@@ -52,8 +52,11 @@ class FlyDSLChoicesMixin:
         return super()._need_to_fix_layout(adjusted_choices, op_name)
 
     def uuid(self):
+        # Read at each FX-graph cache lookup (2.13+): versions and the knobs as set now.
+        from ..config import cache_key_knobs
+
         base = super().uuid() if hasattr(super(), "uuid") else None
-        return (fingerprint(), base)
+        return (fingerprint(), cache_key_knobs(), base)
 
     # -- internals ------------------------------------------------------------------------
 
@@ -118,7 +121,17 @@ def composed_class(base: type) -> type:
     return type(f"FlyDSL{base.__name__}", (FlyDSLChoicesMixin, base), {"__module__": __name__})
 
 
-def make_choices(base=None, version: tuple = ()):
+class LiveKnobs:
+    """Pickles as the plugin knobs' current values. torch 2.11 keys the FX-graph cache on the
+    pickled ``inductor_choices_class``, so a knob change must change those bytes."""
+
+    def __reduce__(self):
+        from ..config import cache_key_knobs
+
+        return (tuple, (cache_key_knobs(),))
+
+
+def make_choices(base=None, version: tuple = (), knobs=None):
     """The factory Inductor calls (through a partial that also pins ``version``).
 
     ``base`` is the choices class we layer on: another package's, or Inductor's default.

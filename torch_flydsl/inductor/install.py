@@ -34,7 +34,7 @@ def install() -> bool:
     # other Inductor modules (choices, select_algorithm) may be half-initialised.
     from torch._inductor import config as ic
 
-    from .choices import is_ours, make_choices
+    from .choices import LiveKnobs, is_ours, make_choices
     from .versions import fingerprint
 
     current = ic.inductor_choices_class
@@ -51,7 +51,7 @@ def install() -> bool:
         )
         _installed = True
         return False
-    ic.inductor_choices_class = functools.partial(make_choices, base=base, version=fingerprint())
+    ic.inductor_choices_class = functools.partial(make_choices, base=base, version=fingerprint(), knobs=LiveKnobs())
     log.debug("FlyDSL Inductor glue installed (implementation: %s)", impl)
     _installed = True
     return True
