@@ -85,6 +85,11 @@ def test_emulator_executor_runs_the_compiled_gfx950_kernel_end_to_end(cache):
     assert r["max_rel_err"] < 1e-2
 
 
+def test_a_bad_knob_value_keeps_pytorch_path_instead_of_failing_the_compile(cache):
+    r = compile_in_subprocess(cache, {**STANDIN, "TORCH_FLYDSL_AUTOTUNE": "sometimes"}, op="mm", force_win=True)
+    assert r["calls"] == ["extern_kernels.mm(arg0_1, arg1_1, out=buf0)"]
+
+
 def test_unsupported_dtype_keeps_pytorch_path(cache):
     r = compile_in_subprocess(cache, STANDIN, op="mm", dtype="float32", force_win=True)
     assert r["calls"] == ["extern_kernels.mm(arg0_1, arg1_1, out=buf0)"]

@@ -29,11 +29,21 @@ def _node_label(op_name: str) -> str:
     return f"{op_name} node {getattr(node, 'name', '?')}"
 
 
+def _guarded(fn, *args):
+    """Our part of choice generation must never fail a compile (a bad knob value, a bug of
+    ours): on any error, log it and offer nothing, leaving PyTorch's choices as they are."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        log.warning("torch_flydsl offers no FlyDSL choice here: %s: %s", type(e).__name__, e)
+        return None
+
+
 class FlyDSLChoicesMixin:
     _flydsl_local = threading.local()
 
     def get_template_configs(self, kernel_inputs, templates, op_name, kwarg_overrides=None):
-        offer = self._flydsl_offer(kernel_inputs, op_name)
+        offer = _guarded(self._flydsl_offer, kernel_inputs, op_name)
         fixing = bool(offer and offer.configs)
         FlyDSLChoicesMixin._flydsl_local.fix_layout = fixing
         try:
@@ -41,7 +51,7 @@ class FlyDSLChoicesMixin:
         finally:
             FlyDSLChoicesMixin._flydsl_local.fix_layout = False
         if fixing:
-            choices.extend(self._flydsl_bind(kernel_inputs, op_name, offer))
+            choices.extend(_guarded(self._flydsl_bind, kernel_inputs, op_name, offer) or [])
         return choices
 
     def _need_to_fix_layout(self, adjusted_choices, op_name):
