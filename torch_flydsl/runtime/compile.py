@@ -65,11 +65,11 @@ def _rocm_path_with_lld() -> Optional[str]:
     fake = private_dir(plugin_cache_root() / "rocm_lld") / "llvm" / "bin"
     fake.mkdir(parents=True, exist_ok=True)
     link = fake / "ld.lld"
-    if not link.exists():
-        try:
-            link.symlink_to(lld)
-        except FileExistsError:
-            pass
+    if not link.exists() or link.resolve() != lld.resolve():  # absent, dangling or stale
+        tmp = fake / f"ld.lld.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(lld)
+        os.replace(tmp, link)  # atomic: concurrent compiles never see a missing linker
     return str(fake.parent.parent)
 
 
