@@ -49,14 +49,8 @@ def _extract(n, T):
     return step
 
 
-@register("vector.insert")
-def _insert(n, T):
-    pos = n.attrs.get("static_position", [])
-    if any(p == _DYN for p in pos):
-        raise UnsupportedOp(n.name, "dynamic position", n.loc)
-    sl = (slice(None),) + tuple(pos)
-    val, dst = n.operands[:2]
-    r = n.results[0]
+def _insert_step(dst, val, sl, r):
+    """Step writing ``val`` into a copy of ``dst`` at index ``sl`` (lane axis first)."""
 
     def step(W):
         e = W.env
@@ -67,6 +61,18 @@ def _insert(n, T):
         e[r] = out
 
     return step
+
+
+@register("vector.insert")
+def _insert(n, T):
+    pos = n.attrs.get("static_position", [])
+    if any(p == _DYN for p in pos):
+        raise UnsupportedOp(n.name, "dynamic position", n.loc)
+    sl = (slice(None),) + tuple(pos)
+    val, dst = n.operands[:2]
+    r = n.results[0]
+
+    return _insert_step(dst, val, sl, r)
 
 
 @register("vector.extract_strided_slice")
@@ -97,15 +103,7 @@ def _insert_ss(n, T):
     val, dst = n.operands[:2]
     r = n.results[0]
 
-    def step(W):
-        e = W.env
-        d, v = e[dst], e[val]
-        lanes = max(d.shape[0], v.shape[0])
-        out = np.array(_lane_full(d, lanes))
-        out[sl] = v
-        e[r] = out
-
-    return step
+    return _insert_step(dst, val, sl, r)
 
 
 @register("vector.broadcast", "vector.splat")
