@@ -114,12 +114,8 @@ def _scalar_attr(a, ir):
 
 
 def convert_attr(a, ir) -> Any:
-    if isinstance(a, ir.BoolAttr):
-        return bool(a.value)
-    if isinstance(a, ir.IntegerAttr):
-        return int(a.value)
-    if isinstance(a, ir.FloatAttr):
-        return float(a.value)
+    if isinstance(a, (ir.BoolAttr, ir.IntegerAttr, ir.FloatAttr)):
+        return _scalar_attr(a, ir)
     if isinstance(a, (ir.DenseIntElementsAttr, ir.DenseFPElementsAttr)):
         return _dense_to_numpy(a, ir)
     for cls in ("DenseI32ArrayAttr", "DenseI64ArrayAttr", "DenseBoolArrayAttr", "DenseI8ArrayAttr", "DenseI16ArrayAttr"):

@@ -54,29 +54,30 @@ class GlobalMemory:
         ok = (ri >= 0) & (addr + nbytes <= self.ends[ric])
         return ric, ok
 
+    def _by_region(self, addr: np.ndarray, nbytes: int, active: np.ndarray):
+        """Out-of-bounds lanes, and per region touched: (region, lane selector, byte indices)."""
+        ri, ok = self._locate(addr, nbytes)
+        good = ok & active
+        span = np.arange(nbytes)
+        groups = []
+        for r in np.unique(ri[good]) if good.any() else ():
+            reg = self.regions[r]
+            sel = good & (ri == r)
+            groups.append((reg, sel, (addr[sel] - reg.start)[:, None] + span))
+        return active & ~ok, groups
+
     def read(self, addr: np.ndarray, nbytes: int, active: np.ndarray):
         """Bytes at ``addr`` (L,) -> (L, nbytes) uint8, and the lanes that were out of bounds."""
         out = np.zeros((addr.shape[0], nbytes), np.uint8)
-        ri, ok = self._locate(addr, nbytes)
-        good = ok & active
-        span = np.arange(nbytes)
-        for r in np.unique(ri[good]) if good.any() else ():
-            reg = self.regions[r]
-            sel = good & (ri == r)
-            offs = addr[sel] - reg.start
-            out[sel] = reg.data[offs[:, None] + span]
-        return out, active & ~ok
+        oob, groups = self._by_region(addr, nbytes, active)
+        for reg, sel, idx in groups:
+            out[sel] = reg.data[idx]
+        return out, oob
 
     def write(self, addr: np.ndarray, data: np.ndarray, active: np.ndarray):
         """Store (L, nbytes) bytes; returns the out-of-bounds lanes (which were dropped)."""
-        nbytes = data.shape[1]
-        ri, ok = self._locate(addr, nbytes)
-        good = ok & active
-        span = np.arange(nbytes)
-        for r in np.unique(ri[good]) if good.any() else ():
-            reg = self.regions[r]
-            sel = good & (ri == r)
-            offs = addr[sel] - reg.start
+        oob, groups = self._by_region(addr, data.shape[1], active)
+        for reg, sel, idx in groups:
             # Lanes are applied in order, so the highest lane wins on overlap (one valid HW order).
-            reg.data[offs[:, None] + span] = data[sel]
-        return active & ~ok
+            reg.data[idx] = data[sel]
+        return oob
