@@ -64,23 +64,11 @@ def test_transposing_lds_read_matches_flydsl_copy_atom_semantics():
     16-bit element 16*j + t of the 16-lane block formed by the lanes' 64-bit reads in order.
     The emulator's op is checked against that formula on a real bit pattern."""
     import torch
-    from irkit import run
+    from irkit import TR16_ROUNDTRIP, run
 
     data = torch.randint(-30000, 30000, (64 * 4,), dtype=torch.int16)
     out = torch.zeros(64 * 4, dtype=torch.int16)
-    body = """
-      %lds = llvm.mlir.addressof @lds : !llvm.ptr<3>
-      %c8 = arith.constant 8 : i32
-      %off = arith.muli %tid, %c8 : i32
-      %pin = llvm.getelementptr %in[%off] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i8
-      %x = llvm.load %pin : !llvm.ptr<1> -> vector<4xi16>
-      %pl = llvm.getelementptr %lds[%off] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
-      llvm.store %x, %pl : vector<4xi16>, !llvm.ptr<3>
-      gpu.barrier
-      %t = rocdl.ds.read.tr16.b64 %pl : <3> -> vector<4xi16>
-      %po = llvm.getelementptr %out[%off] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i8
-      llvm.store %t, %po : vector<4xi16>, !llvm.ptr<1>
-"""
+    body = TR16_ROUNDTRIP
     run("%in: !llvm.ptr<1>, %out: !llvm.ptr<1>", body, [data, out], lds_bytes=512)
     blocks = data.view(4, 64)
     got = out.view(4, 16, 4)

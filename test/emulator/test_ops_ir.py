@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from irkit import kinds, run
+from irkit import TR16_ROUNDTRIP, kinds, run
 
 from torch_flydsl.emulator import UnsupportedOp
 from torch_flydsl.emulator.checker import (
@@ -392,19 +392,7 @@ def test_ds_read_b64_tr_b16_transposes_within_16_lane_groups():
     # elements of row j starting at column 4s; lane t must get column t of the 4 rows.
     data = torch.arange(64 * 4, dtype=torch.int16)
     out = torch.zeros(64, 4, dtype=torch.int16)
-    body = """
-      %lds = llvm.mlir.addressof @lds : !llvm.ptr<3>
-      %c8 = arith.constant 8 : i32
-      %off = arith.muli %tid, %c8 : i32
-      %pin = llvm.getelementptr %in[%off] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i8
-      %x = llvm.load %pin : !llvm.ptr<1> -> vector<4xi16>
-      %pl = llvm.getelementptr %lds[%off] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
-      llvm.store %x, %pl : vector<4xi16>, !llvm.ptr<3>
-      gpu.barrier
-      %t = rocdl.ds.read.tr16.b64 %pl : <3> -> vector<4xi16>
-      %po = llvm.getelementptr %out[%off] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i8
-      llvm.store %t, %po : vector<4xi16>, !llvm.ptr<1>
-"""
+    body = TR16_ROUNDTRIP
     rep = run("%in: !llvm.ptr<1>, %out: !llvm.ptr<1>", body, [data, out], lds_bytes=512)
     assert rep.findings == []
     blocks = data.view(4, 4, 16)  # group, row j, column
