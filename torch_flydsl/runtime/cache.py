@@ -38,10 +38,3 @@ def flydsl_cache_dir() -> Path:
     if user:
         return Path(user)
     return private_dir(plugin_cache_root() / "flydsl_cache")
-
-
-def route_flydsl_cache() -> Path:
-    """Point FlyDSL's disk cache at our directory unless the user chose one."""
-    d = flydsl_cache_dir()
-    os.environ.setdefault("FLYDSL_RUNTIME_CACHE_DIR", str(d))
-    return d
