@@ -23,22 +23,27 @@ pytestmark = pytest.mark.emulator
 TOL = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-10}
 
 
-def operand(rows, cols, major, dtype, pad=0, offset=0):
-    """A [rows, cols] matrix stored row- or column-major with a padded leading stride and a
-    storage offset; returns (view, backing storage tensor)."""
-    lead = (cols if major == "row" else rows) + pad
+def operand(rows, cols, major, dtype, pad=0, offset=0, tight=False):
+    """A [rows, cols] matrix stored row- or column-major with a storage offset and a leading
+    stride of its contiguous extent rounded up to 16 bytes, plus ``pad`` elements; returns
+    (view, backing storage tensor). With ``tight`` the storage ends at the matrix's last
+    element (no padding after its last row/column), so a read past the operand leaves every
+    tensor the kernel was given."""
+    contig = cols if major == "row" else rows
+    lead = -(-contig // 8) * 8 + pad
     other = rows if major == "row" else cols
-    base = torch.empty(offset + lead * other, dtype=dtype)
+    size = offset + lead * (other - 1) + contig if tight else offset + lead * other
+    base = torch.empty(size, dtype=dtype)
     stride = (lead, 1) if major == "row" else (1, lead)
     return base.as_strided((rows, cols), stride, offset), base
 
 
 def run_gemm(cfg, m, n, k, layout="nn", dtype=torch.bfloat16, pad=0, offset=0, bias=False, alpha=1.0, beta=1.0,
-             seed=0):
+             seed=0, tight=False):
     majors = {"n": "row", "t": "col"}
-    a, a_base = operand(m, k, majors[layout[0]], dtype, pad, offset)
-    b, b_base = operand(k, n, majors[layout[1]], dtype, pad, offset)
-    out, out_base = operand(m, n, "row", dtype, pad, offset)
+    a, a_base = operand(m, k, majors[layout[0]], dtype, pad, offset, tight)
+    b, b_base = operand(k, n, majors[layout[1]], dtype, pad, offset, tight)
+    out, out_base = operand(m, n, "row", dtype, pad, offset, tight)
     inputs = [a_base, b_base]
     bias_t = None
     if bias:
@@ -75,6 +80,17 @@ def test_padded_leading_strides_and_storage_offsets(layout):
     rep = run_gemm(BASELINE, 96, 80, 128, layout, pad=24, offset=8)
     assert rep.ok, rep
     assert rep.outputs[0].unwritten == 0  # and padding of the output was left alone (NaN kept)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_vectors_running_past_the_last_element_read_nothing_outside_the_operand(dtype):
+    # Column-major A with M % 8 != 0 and row-major B with N % 8 != 0 (leading strides padded to
+    # 16 bytes): the DMA vector holding a column's (row's) last elements runs past M (N). In the
+    # last column (row) that is past the operand's last byte, and the storages here end right
+    # there: the buffer unit must zero-fill those dwords, never read them (issue 6, defect 1).
+    # M and N are even, so each operand's span is whole dwords (odd ones are declined).
+    rep = run_gemm(BASELINE, 98, 100, 128, "tn", dtype=dtype, tight=True)
+    assert rep.ok, rep
 
 
 def test_bias_alpha_beta():

@@ -176,6 +176,37 @@ def test_buffer_load_range_check_is_per_dword():
     assert out[2:].abs().sum() == 0
 
 
+@pytest.mark.parametrize("nrec", [24, 22])
+def test_buffer_load_does_not_touch_the_dwords_it_range_checks_out(nrec):
+    # A 24-byte tensor (a slice of a larger allocation, so the bytes after it exist but belong
+    # to no kernel tensor). Lane 1's 16-byte load covers bytes 16..31: dwords 4, 5 are in range,
+    # 6, 7 are not, and the hardware never fetches them, so nothing is out of bounds. With
+    # num_records = 22 dword 5 straddles the bound and reads zero too (per-dword check).
+    storage = torch.arange(64, dtype=torch.int32)
+    a = storage[:6]
+    out = torch.zeros(64, 4, dtype=torch.int32)
+    body = BUFFER.format(nrec=nrec, stride=16) + """
+      %v = rocdl.raw.ptr.buffer.load %rs, %voff, %c0, 0 : vector<4xi32>
+      %po = llvm.getelementptr %out[%tid] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, vector<4xi32>
+      llvm.store %v, %po : vector<4xi32>, !llvm.ptr<1>
+"""
+    rep = run("%A: !llvm.ptr<1>, %out: !llvm.ptr<1>", body, [a, out])
+    assert rep.findings == []
+    assert out[0].tolist() == [0, 1, 2, 3]
+    assert out[1].tolist() == ([4, 5, 0, 0] if nrec == 24 else [4, 0, 0, 0])
+    assert out[2:].abs().sum() == 0
+
+
+def test_buffer_dma_to_lds_does_not_touch_the_dwords_it_range_checks_out():
+    storage = torch.arange(64 * 4, dtype=torch.int32)
+    a = storage[:6]  # 24 bytes: lane 1's 16-byte DMA has two dwords in range
+    out = torch.zeros(64, dtype=torch.int32)
+    body = ASYNC.replace("4294967295", "24").format(wait="rocdl.s.waitcnt 3952")
+    rep = run("%A: !llvm.ptr<1>, %out: !llvm.ptr<1>", body, [a, out], lds_bytes=1024)
+    assert rep.findings == []
+    assert out.tolist()[:3] == [0, 4, 0]  # lane t reads the LDS dword 4t (dword t*4 of A, or 0)
+
+
 def test_buffer_store_past_num_records_is_dropped():
     a = torch.zeros(64, dtype=torch.int32)
     body = BUFFER.format(nrec=32, stride=4) + "      rocdl.raw.ptr.buffer.store %tid, %rs, %voff, %c0, 0 : i32\n"

@@ -78,3 +78,21 @@ def test_three_d_operands_are_declined():
     a = TensorMeta((2, 64, 128), (8192, 128, 1), BF16)
     d = check_problem(a, row(128, 256), row(64, 256))
     assert isinstance(d, Decline) and d.category == "shape"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_an_m_or_n_contiguous_operand_must_end_on_a_dword(dtype):
+    # Column-major A / row-major B are loaded in 16-byte vectors that may run past their last
+    # element; the buffer unit zero-fills whole dwords past num_records, which is exact only
+    # when the operand's span ends on a dword: odd M (A) or odd N (B) is declined, even is taken.
+    def gate(a, b):
+        return check_problem(a, b, row(a.shape[0], b.shape[1], dtype, ld=104))
+
+    d = gate(col(97, 128, dtype, ld=104), row(128, 96, dtype))
+    assert isinstance(d, Decline) and d.category == "shape"
+    assert "A is contiguous along M and M=97 is odd" in d.reason and "dword" in d.reason
+    d = gate(row(96, 128, dtype), row(128, 97, dtype, ld=104))
+    assert isinstance(d, Decline) and "B is contiguous along N and N=97 is odd" in d.reason
+    assert isinstance(gate(col(98, 128, dtype, ld=104), row(128, 100, dtype, ld=104)), GemmProblem)
+    # K-contiguous operands never load past their last element: odd M / N are fine there.
+    assert isinstance(gate(row(97, 128, dtype), col(128, 97, dtype)), GemmProblem)

@@ -74,7 +74,7 @@ def summary(layout, tmp_path):
 
 def test_baseline_nt(tmp_path):
     assert_expected_inline(summary("nt", tmp_path), """\
-flydsl_dense_gemm_bf16_nt_m128n128k64_w2x2_s2_g0_b1: vgpr=112 agpr=0 sgpr=37 lds=65536 spills=0 scratch=0
+flydsl_dense_gemm_bf16_nt_m128n128k64_w2x2_s2_g0_b1: vgpr=112 agpr=0 sgpr=31 lds=65536 spills=0 scratch=0
 mfma kinds: v_mfma_f32_16x16x32_bf16; LDS read kinds: ds_read_b128
 mfma: 32
 dma to LDS: 16
@@ -87,7 +87,7 @@ vmcnt waits: 6""")
 
 def test_baseline_tn(tmp_path):
     assert_expected_inline(summary("tn", tmp_path), """\
-flydsl_dense_gemm_bf16_tn_m128n128k64_w2x2_s2_g0_b1: vgpr=124 agpr=0 sgpr=37 lds=65536 spills=0 scratch=0
+flydsl_dense_gemm_bf16_tn_m128n128k64_w2x2_s2_g0_b1: vgpr=124 agpr=0 sgpr=31 lds=65536 spills=0 scratch=0
 mfma kinds: v_mfma_f32_16x16x32_bf16; LDS read kinds: ds_read_b128, ds_read_b64_tr_b16
 mfma: 32
 dma to LDS: 16

@@ -275,11 +275,17 @@ def _buffer_addr(W, rs: BufferRsrc, voff, soff, imm, nbytes, loc):
 
 
 def buffer_load_bytes(W, rs, voff, soff, imm, nbytes, loc):
+    """Bytes of a raw buffer load; out-of-range chunks read 0 and are never fetched (so a
+    vector running past a tensor's end is no out-of-bounds access when num_records stops it)."""
     addr, ok, chunk = _buffer_addr(W, rs, voff, soff, imm, nbytes, loc)
-    active = W.mask & ok.any(axis=1)
-    raw = global_read(W, addr, nbytes, loc, active=active)
-    if not ok.all():
-        raw = raw * np.repeat(ok, chunk, axis=1).astype(np.uint8)
+    if ok.all():
+        return global_read(W, addr, nbytes, loc)
+    raw = np.zeros((W.lanes, nbytes), np.uint8)
+    for c in range(ok.shape[1]):
+        sel = W.mask & ok[:, c]
+        if sel.any():
+            part = global_read(W, addr + c * chunk, chunk, loc, active=sel)
+            raw[sel, c * chunk:(c + 1) * chunk] = part[sel]
     return raw
 
 

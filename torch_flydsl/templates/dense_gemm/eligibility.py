@@ -31,9 +31,25 @@ def _check_aligned(name: str, t: TensorMeta, lead: Optional[int]) -> Optional[De
 
 def _check_span(name: str, t: TensorMeta) -> Optional[Decline]:
     span = t.byte_span()
-    # + one vector: the kernel rounds each buffer's extent up to whole 16-byte vectors.
-    if span + ALIGN_BYTES > BUFFER_SPAN_LIMIT:
+    # The kernel's buffer descriptors carry the exact span in a 32-bit num_records field.
+    if span >= BUFFER_SPAN_LIMIT:
         return Decline("size", f"{name} spans {span} bytes; AMD buffer descriptors address < 4 GiB")
+    return None
+
+
+def _check_ends_on_a_dword(name: str, t: TensorMeta, contig_dim: str, size: int) -> Optional[Decline]:
+    """An operand contiguous along M (A) or N (B) is loaded in 16-byte vectors that may run
+    past its last element; the buffer unit zero-fills the dwords past the operand's span
+    (range-checked per dword), which is exact only if the span ends on a dword boundary.
+    Otherwise the dword holding the last element straddles the end: zeroed, it loses that
+    element; fetched, it reads bytes past the tensor. Neither is acceptable, so decline."""
+    if t.byte_span() % 4:
+        return Decline(
+            "shape",
+            f"{name} is contiguous along {contig_dim} and {contig_dim}={size} is odd, so it ends "
+            "in the middle of a 4-byte dword: the kernel's 16-byte loads are range-checked per "
+            "dword and could not read its last element without reading past the tensor",
+        )
     return None
 
 
@@ -76,6 +92,14 @@ def check_problem(
         ("output", out, out.stride[0]),
     ):
         d = _check_aligned(name, t, lead) or _check_span(name, t)
+        if d:
+            return d
+    if a_major == "col":
+        d = _check_ends_on_a_dword("A", a, "M", m)
+        if d:
+            return d
+    if b_major == "row":
+        d = _check_ends_on_a_dword("B", b, "N", n)
         if d:
             return d
 

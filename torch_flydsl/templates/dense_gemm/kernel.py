@@ -31,10 +31,14 @@ output tile):
 Tails: rows of A beyond M and columns of B beyond N are never fetched from outside the
 operand: the row/column index of each DMA vector is clamped to 0 when out of range. The
 values loaded there only feed accumulator rows/columns that are masked at the store. A
-vector that starts in range but runs past M (column-major A) or N (row-major B) reads
-padding or the buffer's zero-fill, which again only feeds masked outputs. Buffer descriptors
-carry the operand's true extent rounded up to 16 bytes (a 16-byte aligned vector never
-crosses a page, so reading up to its end is safe). K tails are not supported.
+vector that starts in range but runs past M (column-major A) or N (row-major B) reads the
+operand's padding between columns (rows), which again only feeds masked outputs, or, in the
+operand's last column (row), runs past its last element: each buffer descriptor's
+num_records is the operand's exact byte span, and the buffer unit range-checks a 16-byte
+access per dword, returning zeros for the dwords past num_records without fetching them.
+That is exact only when the span is a whole number of dwords; the eligibility gate declines
+an M/N-contiguous operand whose span is not (odd M or N in 2-byte elements). K tails are
+not supported.
 """
 
 # No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
@@ -45,7 +49,7 @@ import torch
 
 from .config import (
     c_lds_row_stride,
-    DMA_BYTES,
+    ELEM_BYTES,
     MMA_K,
     MMA_M,
     MMA_N,
@@ -197,12 +201,14 @@ def build(spec: KernelSpec):
         a_layout = lds_layout(BM, A_K_CONTIG)
         b_layout = lds_layout(BN, B_K_CONTIG)
 
-        # ---- global buffers (extent rounded up to whole 16-byte vectors) -------------
+        # ---- global buffers (num_records = the operand's exact byte span) -------------
         def buffer_of(t):
-            n_elems = fx.Int64(fx.get_scalar(fx.size(fx.get_layout(t))))
-            n_bytes = (n_elems * 2 + (DMA_BYTES - 1)) // DMA_BYTES * DMA_BYTES
-            # num_records is 32 bits: a span just under 4 GiB must not round up to 0.
-            n_bytes = (n_bytes > 0xFFFFFFFF).select(fx.Int64(0xFFFFFFFF), n_bytes)
+            # The buffer unit range-checks every dword of a 16-byte access on its own and
+            # zero-fills the ones past num_records without fetching them, so a DMA vector that
+            # runs past the operand's last element reads nothing beyond it. The eligibility
+            # gate keeps the M/N-contiguous operands' spans whole dwords (a dword straddling
+            # the end would be zeroed, losing the last element).
+            n_bytes = fx.Int64(fx.get_scalar(fx.size(fx.get_layout(t)))) * ELEM_BYTES
             return rocdl.make_buffer_tensor(t, num_records_bytes=n_bytes)
 
         a_buf = buffer_of(a)
