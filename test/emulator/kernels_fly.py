@@ -31,6 +31,34 @@ def vadd(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, n: fx.Int32, bug: Constexpr[i
     _vadd_kernel(A, B, C, n, bug).launch(grid=((n + 255) // 256, 1, 1), block=(256, 1, 1), stream=stream)
 
 
+# ---- scaled copy into a padded output (planted stray writes) ------------------------------------
+
+PAD_COPY_OK, PAD_COPY_WRITES_PADDING, PAD_COPY_WRITES_INPUT = 0, 1, 2
+
+
+@flyc.kernel
+def _pad_copy_kernel(X: fx.Tensor, Y: fx.Tensor, rows: fx.Int32, cols: fx.Int32, ldy: fx.Int32,
+                     bug: Constexpr[int]):
+    """Y[r * ldy + c] = 2 * X[r * cols + c]: a dense [rows, cols] matrix into rows of stride ldy."""
+    i = fx.block_idx.x * 256 + fx.thread_idx.x
+    if i < rows * cols:
+        r = i // cols
+        c = i % cols
+        Y[r * ldy + c] = X[i] * 2.0
+        if fx.const_expr(bug == PAD_COPY_WRITES_PADDING):
+            if c == cols - 1:
+                Y[r * ldy + cols] = X[i]  # one past the row: the padding column
+        if fx.const_expr(bug == PAD_COPY_WRITES_INPUT):
+            X[i] = 0.0
+
+
+@flyc.jit
+def pad_copy(X: fx.Tensor, Y: fx.Tensor, rows: fx.Int32, cols: fx.Int32, ldy: fx.Int32, bug: Constexpr[int] = 0,
+             stream: fx.Stream = fx.Stream(None)):
+    _pad_copy_kernel(X, Y, rows, cols, ldy, bug).launch(grid=((rows * cols + 255) // 256, 1, 1), block=(256, 1, 1),
+                                                        stream=stream)
+
+
 # ---- block sum: wave shuffles + LDS + barrier ----------------------------------------------------
 
 RED_THREADS = 256

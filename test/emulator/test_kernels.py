@@ -46,6 +46,36 @@ def test_planted_off_by_one_index_gives_a_wrong_result():
     assert any("relative error" in r for r in rep.reasons) and any("never written" in r for r in rep.reasons)
 
 
+def _pad_copy(bug):
+    rows, cols, ldy = 5, 30, 32
+    x = torch.empty(rows * cols)
+    y_storage = torch.empty(rows * ldy)
+    y = y_storage.as_strided((rows, cols), (ldy, 1))
+
+    # The output is handed over as the logical [rows, cols] view; the harness watches its whole
+    # storage, padding columns included.
+    return run_and_compare(K.pad_copy, (x, y_storage, rows, cols, ldy, bug), lambda: 2 * x.double().view(rows, cols),
+                           inputs=[x], outputs=[y], tolerance=0)
+
+
+def test_padded_copy_writes_only_the_logical_output():
+    rep = _pad_copy(K.PAD_COPY_OK)
+    assert rep.ok, rep
+
+
+def test_planted_write_into_the_output_padding_fails_the_harness():
+    rep = _pad_copy(K.PAD_COPY_WRITES_PADDING)
+    assert rep.emulation.ok  # inside the storage: no out-of-bounds finding, only a stray write
+    assert not rep.ok
+    assert any("output 0" in r and "outside the logical output" in r for r in rep.reasons), rep
+
+
+def test_planted_write_into_an_input_fails_the_harness():
+    rep = _pad_copy(K.PAD_COPY_WRITES_INPUT)
+    assert rep.emulation.ok and not rep.ok
+    assert any("input 0" in r and "changed" in r for r in rep.reasons), rep
+
+
 def test_block_sum_with_wave_shuffles_and_lds():
     n = 1000
     x, out = torch.empty(n), torch.empty(4)

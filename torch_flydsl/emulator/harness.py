@@ -3,8 +3,11 @@ emulator and compare against a float64 reference by relative error.
 
 A run passes when (1) the emulator reports no race / async-wait / out-of-bounds / uninitialized
 LDS finding, (2) no output element is left unwritten (outputs are pre-filled with NaN, or
-with a sentinel for integer outputs), and (3) ``max|out - ref| / max|ref|`` over each output
-is within ``tolerance``.
+with a sentinel for integer outputs), (3) ``max|out - ref| / max|ref|`` over each output
+is within ``tolerance``, and (4) no byte changed outside the logical outputs: every byte of
+every input's storage, and of every output's storage outside the output elements the
+reference defines, is what it was before the launch (a kernel that writes into an output's
+padding, another part of its storage, or an input is wrong even when the numbers match).
 """
 
 from __future__ import annotations
@@ -64,17 +67,81 @@ def fill_random_(t: torch.Tensor, gen: torch.Generator, scale: float = 1.0) -> N
         t.copy_(torch.randint(-100, 100, t.shape, generator=gen).to(t.dtype))
 
 
+# NaNs with a payload no arithmetic produces (hardware and numpy return the canonical quiet
+# NaN): a kernel that writes a NaN into a poisoned byte still shows up as a change.
+_NAN_PAYLOAD = {
+    torch.float64: (torch.int64, 0x7FFA5A5A5A5A5A5A),
+    torch.float32: (torch.int32, 0x7FDA5A5A),
+    torch.float16: (torch.int16, 0x7E5A),
+    torch.bfloat16: (torch.int16, 0x7FDA),
+}
+
+
 def poison_(t: torch.Tensor) -> None:
-    if t.dtype.is_floating_point:
+    if t.dtype in _NAN_PAYLOAD:
+        as_int, bits = _NAN_PAYLOAD[t.dtype]
+        t.view(as_int).fill_(bits)
+    elif t.dtype.is_floating_point:
         t.fill_(float("nan"))
     else:
         t.fill_(INT_SENTINEL if t.dtype in (torch.int32, torch.int64) else -1)
+
+
+def _defined(ref: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Where the reference defines ``out`` (not nan), as a bool mask of ``out``'s shape."""
+    if tuple(ref.shape) != tuple(out.shape):
+        raise ValueError(f"reference shape {tuple(ref.shape)} differs from output shape {tuple(out.shape)}")
+    return ~torch.isnan(ref) if ref.dtype.is_floating_point else torch.ones(out.shape, dtype=torch.bool)
 
 
 def _unwritten(t: torch.Tensor) -> int:
     if t.dtype.is_floating_point:
         return int(torch.isnan(t).sum())
     return int((t == INT_SENTINEL).sum()) if t.dtype in (torch.int32, torch.int64) else 0
+
+
+def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The whole storage under ``t`` as a 1-D uint8 tensor (shares memory)."""
+    return torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
+
+
+def _element_bytes(t: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
+    """Storage byte indices of the elements of ``t`` selected by the bool mask ``which``."""
+    pos = torch.full(t.shape, t.storage_offset(), dtype=torch.int64)
+    for d, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        shape = [1] * t.dim()
+        shape[d] = size
+        pos += torch.arange(size, dtype=torch.int64).view(shape) * stride
+    size = t.element_size()
+    return (pos[which].unsqueeze(1) * size + torch.arange(size)).reshape(-1)
+
+
+class StorageWatch:
+    """Snapshots of the storages under the inputs and outputs; ``stray_changes()`` names every
+    storage with a changed byte outside the output elements the reference defines."""
+
+    def __init__(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], defined: Sequence[torch.Tensor]):
+        self.storages = {}  # storage address -> [bytes view, snapshot, may-change mask, names]
+        for kind, tensors in (("input", inputs), ("output", outputs)):
+            for i, t in enumerate(tensors):
+                key = t.untyped_storage().data_ptr()
+                if key not in self.storages:
+                    raw = _storage_bytes(t)
+                    self.storages[key] = [raw, raw.clone(), torch.zeros(raw.shape, dtype=torch.bool), []]
+                self.storages[key][3].append(f"{kind} {i}")
+        for out, which in zip(outputs, defined):
+            self.storages[out.untyped_storage().data_ptr()][2][_element_bytes(out, which)] = True
+
+    def stray_changes(self) -> List[str]:
+        found = []
+        for raw, before, may_change, names in self.storages.values():
+            stray = (raw != before) & ~may_change
+            if stray.any():
+                msg = f"{' / '.join(names)} storage: {int(stray.sum())} byte(s) changed"
+                if any(n.startswith("output") for n in names):
+                    msg += " outside the logical output"
+                found.append(f"{msg} (first at storage byte {int(stray.nonzero()[0])})")
+        return found
 
 
 def run_and_compare(
@@ -97,8 +164,10 @@ def run_and_compare(
     compare each output with ``reference_fn()`` (float64; called after the inputs are set).
 
     ``args`` must reference ``inputs``/``outputs`` (or views of their storage) so the kernel
-    sees the fresh values. With ``workgroups`` only those workgroups run; compare only what
-    they cover by returning ``nan`` from ``reference_fn`` elsewhere (those are skipped).
+    sees the fresh values. The whole storage under each input and output is watched: only
+    output elements where the reference is not ``nan`` may change. With ``workgroups`` only
+    those workgroups run; compare only what they cover by returning ``nan`` from
+    ``reference_fn`` elsewhere (those are skipped, and must stay unwritten).
     ``ignore_findings`` lists checker kinds that do not fail the run (they stay in the report).
     """
     gen = torch.Generator().manual_seed(seed)
@@ -112,15 +181,17 @@ def run_and_compare(
         expected = [expected]
     if len(expected) != len(outputs):
         raise ValueError(f"reference_fn returned {len(expected)} tensors for {len(outputs)} outputs")
+    defined = [_defined(ref, out) for out, ref in zip(outputs, expected)]
+    watch = StorageWatch(inputs, outputs, defined)
     emu = emulate(jit_fn, args, kwargs, check=check, tensors=list(inputs) + list(outputs), workgroups=workgroups)
     rep = HarnessReport(ok=True, tolerance=tolerance, emulation=emu)
     for f in emu.errors:
         if f.kind not in ignore_findings:
             rep.reasons.append(str(f))
-    for i, (out, ref) in enumerate(zip(outputs, expected)):
+    rep.reasons += watch.stray_changes()
+    for i, (out, ref, care) in enumerate(zip(outputs, expected, defined)):
         ref = ref.detach().to(torch.float64)
         got = out.detach().to(torch.float64)
-        care = ~torch.isnan(ref)
         unwritten = int(torch.isnan(got[care]).sum()) if out.dtype.is_floating_point else _unwritten(out)
         diff = (got - ref).abs()[care & ~torch.isnan(got)]
         max_abs_err = float(diff.max()) if diff.numel() else 0.0
