@@ -5,9 +5,13 @@ These run in subprocesses because the behaviour under test happens inside `impor
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+import pytest
 
 
 PROBE = textwrap.dedent(
@@ -27,9 +31,10 @@ PROBE = textwrap.dedent(
 )
 
 
-def run_probe(code=PROBE, **env):
+def run_probe(code=PROBE, cwd=None, **env):
     full_env = {**os.environ, **env}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300,
+                       cwd=cwd)
     assert r.returncode == 0, r.stderr
     return r
 
@@ -38,13 +43,15 @@ def probe(**env):
     return json.loads(run_probe(**env).stdout.strip().splitlines()[-1])
 
 
-def test_entry_point_is_declared_for_torch_and_vllm():
+def test_entry_points_live_outside_the_package():
+    # A broken torch_flydsl package must not be able to break `import torch`, so the entry
+    # points are in the stdlib-only top-level module torch_flydsl_boot.
     from importlib.metadata import entry_points
 
     torch_eps = [ep.value for ep in entry_points(group="torch.backends")]
     vllm_eps = [ep.value for ep in entry_points(group="vllm.general_plugins")]
-    assert "torch_flydsl._autoload:autoload" in torch_eps
-    assert "torch_flydsl._autoload:vllm_register" in vllm_eps
+    assert "torch_flydsl_boot:autoload" in torch_eps
+    assert "torch_flydsl_boot:vllm_register" in vllm_eps
 
 
 def test_import_torch_activates_the_plugin_without_heavy_imports():
@@ -58,36 +65,89 @@ def test_import_torch_activates_the_plugin_without_heavy_imports():
     }
 
 
-def test_kill_switch_leaves_torch_untouched():
-    state = probe(TORCH_FLYDSL_DISABLE="1")
+@pytest.mark.parametrize("raw", ["1", "true", "YES", "on"])
+def test_kill_switch_leaves_torch_untouched(raw):
+    state = probe(TORCH_FLYDSL_DISABLE=raw)
     assert state["ops"] is False
     assert state["enabled"] is False
+
+
+def test_kill_switch_false_keeps_the_plugin_on():
+    assert probe(TORCH_FLYDSL_DISABLE="false")["enabled"] is True
 
 
 def test_torch_device_backend_autoload_off_disables_it_too():
     assert probe(TORCH_DEVICE_BACKEND_AUTOLOAD="0")["enabled"] is False
 
 
-def test_a_failure_inside_the_plugin_never_breaks_import_torch():
-    # sitecustomize-free way to make the plugin fail: an op namespace that can't be defined
-    # because a different library already holds one of our op names.
-    code = textwrap.dedent(
-        """
-        import warnings, torch_flydsl.ops as ops
-        def boom():
-            raise RuntimeError("planted failure")
-        ops.register = boom
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            import torch
-            import torch_flydsl._autoload as al
-            al._done = False
-            al.autoload()
-        print([str(x.message) for x in w])
-        """
-    )
-    r = run_probe(code, TORCH_FLYDSL_DISABLE="0")
-    assert "planted failure" in r.stdout
+PACKAGE = Path(__file__).resolve().parents[1] / "torch_flydsl"
+
+
+def _shadow(tmp_path, plant):
+    """A copy of the package on PYTHONPATH (ahead of the installed one) with a planted fault;
+    ``torch_flydsl_boot`` itself is the real, installed one."""
+    root = tmp_path / "shadow"
+    if plant == "package files removed":
+        # The package's modules are gone but its dist-info (the entry point) remains. A finder
+        # ahead of every other one stands in for the deletion, because an editable install's
+        # own finder would still find files that a shadow copy lacks.
+        root.mkdir(parents=True)
+        (root / "sitecustomize.py").write_text(textwrap.dedent(
+            """
+            import sys
+            class Gone:
+                def find_spec(self, name, path=None, target=None):
+                    if name == "torch_flydsl" or name.startswith("torch_flydsl."):
+                        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            sys.meta_path.insert(0, Gone())
+            """
+        ))
+    else:
+        shutil.copytree(PACKAGE, root / "torch_flydsl", ignore=shutil.ignore_patterns("__pycache__"))
+        path, text = {
+            "broken __init__": ("__init__.py", "raise RuntimeError('planted failure')\n"),
+            "broken _version": ("_version.py", "__version__ = undefined_name\n"),
+            "syntax error in _autoload": ("_autoload.py", "def enable(:\n"),
+            "ops registration raises": ("ops.py", "def register():\n    raise RuntimeError('planted failure')\n"),
+        }[plant]
+        if plant == "ops registration raises":
+            text = (PACKAGE / "ops.py").read_text() + "\n\n" + text
+        (root / "torch_flydsl" / path).write_text(text)
+    return str(root)
+
+
+FAULTS = ["broken __init__", "broken _version", "syntax error in _autoload", "ops registration raises", "package files removed"]
+WORKS = "import torch; print(float(torch.ones(3).sum()))"
+
+
+@pytest.mark.parametrize("plant", FAULTS)
+def test_import_torch_survives_a_broken_plugin_package(tmp_path, plant):
+    # cwd: `python -c` puts the working directory ahead of PYTHONPATH; the checkout's own
+    # package must not hide the shadow.
+    r = run_probe(WORKS, cwd=tmp_path, PYTHONPATH=_shadow(tmp_path, plant))
+    assert r.stdout.strip() == "3.0"
+    assert "torch_flydsl disabled itself at import" in r.stderr
+
+
+@pytest.mark.parametrize("plant", ["broken __init__", "package files removed"])
+def test_kill_switch_is_read_before_anything_of_the_package_is_imported(tmp_path, plant):
+    code = WORKS + "; import sys; print('torch_flydsl' in sys.modules)"
+    r = run_probe(code, cwd=tmp_path, PYTHONPATH=_shadow(tmp_path, plant), TORCH_FLYDSL_DISABLE="1")
+    assert r.stdout.split() == ["3.0", "False"] and r.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "first",
+    ["torch_flydsl", "torch_flydsl.ops", "torch_flydsl.config", "torch_flydsl.templates.base", "torch_flydsl.explain"],
+)
+def test_importing_our_modules_before_torch_still_enables_the_plugin(first):
+    # Regression: `import torch_flydsl.ops` before torch ran the entry point while ops was
+    # half-initialised (a circular-import RuntimeWarning) and left the plugin disabled.
+    code = f"import {first}; import torch, torch_flydsl; print(torch_flydsl.is_enabled(), hasattr(torch.ops.torch_flydsl, 'dense_mm_out'))"
+    r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], capture_output=True, text=True,
+                       env={**os.environ}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "True"] and r.stderr == ""
 
 
 def test_enable_is_idempotent_and_glue_installs_once_on_first_inductor_import():
@@ -109,7 +169,7 @@ def test_enable_is_idempotent_and_glue_installs_once_on_first_inductor_import():
 
 
 def test_vllm_entry_point_can_run_twice():
-    code = "import torch; from torch_flydsl._autoload import vllm_register as r; r(); r(); print('ok')"
+    code = "import torch; from torch_flydsl_boot import vllm_register as r; r(); r(); print('ok')"
     assert run_probe(code).stdout.strip() == "ok"
 
 

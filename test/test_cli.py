@@ -21,12 +21,33 @@ def test_doctor_reports_everything_that_decides_eligibility():
                 "torch.backends entry point", "plugin active in this process", "in-tree FlyDSL", "FlyDSL kernel cache"):
         assert key in out, key
     assert "can launch FlyDSL kernels        no" in out  # this machine has no MI350
+    assert "Inductor glue                    installed" in out
+
+
+def test_doctor_says_who_serves_each_op_here_and_on_a_gfx950():
+    out = cli("doctor")
+    table = out.split("Who serves each op")[1]
+    rows = {line.split()[0]: line.split()[1:3] for line in table.splitlines()[3:] if line.strip()}
+    # No MI350 here: PyTorch serves everything; on a gfx950 the plugin takes mm and addmm.
+    assert rows["mm"] == ["pytorch", "plugin"] and rows["addmm"] == ["pytorch", "plugin"]
+    assert rows["scaled_mm"][1] in ("pytorch", "in-tree") and set(rows) >= {"grouped_mm", "rms_norm", "topk"}
+
+
+def test_explain_json_has_served_by_offered_and_declined():
+    import json
+
+    j = json.loads(cli("explain", "mm", "64", "4096", "96", "--breadth", "curated", "--json"))
+    assert j["served_by"] == "pytorch" and j["offered"] == []
+    assert all(set(d) == {"config", "category", "reason"} for d in j["declined"]) and len(j["declined"]) == 12
+    j = json.loads(cli("explain", "mm", "64", "4096", "4096", "--layout", "nt", "--json"))
+    assert j["served_by"] == "plugin" and j["offered"] == ["m128n128k64_w2x2_s2_g0"]
 
 
 def test_explain_lists_offered_configs():
     out = cli("explain", "mm", "64", "4096", "4096", "--layout", "nt", "--breadth", "baseline")
     assert_expected_inline(out, """\
 mm M=64 N=4096 K=4096 dtype=bf16 layout=nt, as if on gfx950 (search space: baseline)
+served by: plugin (torch_flydsl kernels (no in-tree backend in this torch))
 offered: 1 config(s)
 config                    threads    LDS bytes
 ----------------------  ---------  -----------

@@ -1,8 +1,21 @@
-"""Plugin knobs are environment variables, parsed at use time with clear errors."""
+"""Plugin knobs are environment variables, parsed at use time, one way everywhere; a value we
+cannot read keeps the default and says so once."""
+
+import logging
+import re
+from pathlib import Path
 
 import pytest
 
+import torch_flydsl_boot
 from torch_flydsl import config
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    monkeypatch.setattr(torch_flydsl_boot, "_warned", set())
 
 
 @pytest.mark.parametrize(
@@ -24,13 +37,46 @@ def test_autotune_breadth_follows_env_and_inductor_search_space(monkeypatch, raw
     assert config.autotune_breadth(search_space) == expected
 
 
-def test_bad_values_raise_naming_the_variable(monkeypatch):
-    monkeypatch.setenv("TORCH_FLYDSL_AUTOTUNE", "sometimes")
-    with pytest.raises(ValueError, match="TORCH_FLYDSL_AUTOTUNE"):
-        config.autotune_breadth()
-    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "gpu-please")
-    with pytest.raises(ValueError, match="TORCH_FLYDSL_EXECUTOR"):
-        config.executor()
+@pytest.mark.parametrize("raw", ["1", "true", "TRUE", " Yes ", "on", "On"])
+def test_every_true_spelling_disables(monkeypatch, raw):
+    monkeypatch.setenv("TORCH_FLYDSL_DISABLE", raw)
+    assert config.disabled() and torch_flydsl_boot.disabled_by_env()
+
+
+@pytest.mark.parametrize("raw", ["0", "false", "False", "no", "OFF", "", "  "])
+def test_every_false_spelling_keeps_the_plugin_on(monkeypatch, raw):
+    monkeypatch.setenv("TORCH_FLYDSL_DISABLE", raw)
+    assert not config.disabled() and not torch_flydsl_boot.disabled_by_env()
+
+
+def test_the_entry_point_and_the_package_read_the_kill_switch_the_same_way(monkeypatch):
+    # Regression: TORCH_FLYDSL_DISABLE=false left the plugin active while is_enabled() said no.
+    import torch_flydsl
+    from torch_flydsl import _autoload
+
+    monkeypatch.setattr(_autoload, "_done", True)  # the entry point enabled the plugin
+    monkeypatch.setenv("TORCH_FLYDSL_DISABLE", "false")
+    assert torch_flydsl.is_enabled()
+    monkeypatch.setenv("TORCH_FLYDSL_DISABLE", "yes")
+    assert not torch_flydsl.is_enabled()
+
+
+@pytest.mark.parametrize(
+    "name, raw, read",
+    [
+        ("TORCH_FLYDSL_DISABLE", "maybe", lambda: config.disabled() is False),
+        ("TORCH_FLYDSL_AUTOTUNE", "sometimes", lambda: config.autotune_breadth() == "baseline"),
+        ("TORCH_FLYDSL_EXECUTOR", "gpu-please", lambda: config.executor() == "device"),
+        ("TORCH_FLYDSL_INTREE_POLICY", "both", lambda: config.intree_policy() == "defer"),
+    ],
+)
+def test_a_bad_value_warns_once_naming_the_variable_and_keeps_the_default(
+    monkeypatch, caplog, fresh_warnings, name, raw, read
+):
+    monkeypatch.setenv(name, raw)
+    with caplog.at_level(logging.WARNING, logger="torch_flydsl"):
+        assert read() and read()
+    assert caplog.text.count(name) == 1 and repr(raw) in caplog.text and "using the default" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -46,3 +92,11 @@ def test_knobs_are_read_at_use_time(monkeypatch):
     assert config.disabled()
     monkeypatch.setenv("TORCH_FLYDSL_DISABLE", "0")
     assert not config.disabled()
+
+
+def test_readme_knob_table_matches_the_knobs_in_the_code():
+    # README's plugin-variable table lists exactly config.KNOBS, with the same defaults.
+    rows = re.findall(r"^\| `(TORCH_FLYDSL_[A-Z_]+)` \| ([^|]+?) \|", README.read_text(), flags=re.M)
+    documented = {name: default.strip("`") for name, default in rows}
+    in_code = {k.env: (k.default if k.default else "unset") for k in config.KNOBS}
+    assert documented == in_code

@@ -27,14 +27,48 @@ def test_operands_the_kernel_cannot_take_get_pytorchs_result_and_one_warning(mon
         ops.op("dense_mm_out")(a, b, cfg=CFG, out=out)
         ops.op("dense_mm_out")(a, b, cfg=CFG, out=out)
     assert torch.equal(out, torch.mm(a, b))
-    assert caplog.text.count("using PyTorch") == 1 and "not on a 16-byte boundary" in caplog.text
+    assert caplog.text.count("PyTorch computes them") == 1 and "not on a 16-byte boundary" in caplog.text
 
 
-def test_device_executor_refuses_instead_of_aborting_without_gfx950(monkeypatch):
+def test_device_executor_without_gfx950_gives_pytorchs_result_never_a_launch(monkeypatch, caplog):
+    # A cached graph calling our op on a machine that cannot launch (no HIP here): the launch
+    # guard refuses (a FlyDSL launch without HIP would abort the process) and PyTorch computes.
     monkeypatch.delenv("TORCH_FLYDSL_EXECUTOR", raising=False)
+    from torch_flydsl.templates.dense_gemm import launcher
+
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: pytest.fail("launched without gfx950"))
     a, b, out = operands()
-    with pytest.raises(LaunchRefused, match="will not launch"):
+    with caplog.at_level(logging.WARNING, logger="torch_flydsl"):
         ops.op("dense_mm_out")(a, b, cfg=CFG, out=out)
+    assert torch.equal(out, torch.mm(a, b))
+    assert "will not launch a FlyDSL kernel" in caplog.text
+
+
+def test_launch_guard_itself_refuses_without_gfx950(monkeypatch):
+    monkeypatch.delenv("TORCH_FLYDSL_EXECUTOR", raising=False)
+    from torch_flydsl.runtime.launch_guard import executor_for
+
+    with pytest.raises(LaunchRefused, match="will not launch"):
+        executor_for(torch.device("cpu"))
+
+
+def test_a_compile_failure_inside_the_op_gives_pytorchs_result_logged_once(monkeypatch, caplog):
+    # Regression: with a warm cache and a broken toolchain the compiled call raised. Here the
+    # kernel cannot compile (no ld.lld anywhere); the op must still return PyTorch's result.
+    from torch_flydsl.runtime import compile as rc
+
+    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "emulator")
+    monkeypatch.delenv("ROCM_PATH", raising=False)
+    monkeypatch.setattr(rc, "find_lld", lambda: None)
+    monkeypatch.setattr(ops, "_warned", set())
+    a, b, out = operands(m=40, n=136)
+    bias = torch.randn(136, dtype=torch.bfloat16)
+    with caplog.at_level(logging.WARNING, logger="torch_flydsl"):
+        for _ in range(2):
+            out.fill_(float("nan"))
+            ops.op("dense_addmm_out")(bias, a, b, alpha=0.5, beta=2.0, cfg=CFG, out=out)
+            assert torch.equal(out, torch.addmm(bias.expand(40, 136), a, b, alpha=0.5, beta=2.0))
+    assert caplog.text.count("PyTorch computes them") == 1 and "no ld.lld found" in caplog.text
 
 
 @pytest.mark.emulator

@@ -14,17 +14,23 @@ def _cmd_doctor(args) -> int:
 
 
 def _cmd_explain(args) -> int:
+    import json
+
     from tabulate import tabulate
 
     from .explain import explain_mm
-    from .templates.base import Decline
 
     ex = explain_mm(args.m, args.n, args.k, dtype=args.dtype, layout=args.layout, bias=args.bias, breadth=args.breadth)
-    op = "addmm" if args.bias else "mm"
-    print(f"{op} M={args.m} N={args.n} K={args.k} dtype={args.dtype} layout={args.layout}, as if on gfx950 "
+    if args.json:
+        print(json.dumps(ex.to_json(), indent=2))
+        return 0
+    print(f"{ex.op} M={args.m} N={args.n} K={args.k} dtype={args.dtype} layout={args.layout}, as if on gfx950 "
           f"(search space: {ex.breadth})")
-    if isinstance(ex.problem, Decline):
-        print(f"declined: {ex.problem}")
+    print(f"served by: {ex.serving.served_by} ({ex.serving.reason})")
+    whole = [d for c, d in ex.declined if c is None]
+    for d in whole:
+        print(f"declined: {d}")
+    if whole:
         return 0
     print(f"offered: {len(ex.offered)} config(s)")
     if ex.offered:
@@ -58,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--bias", action="store_true", help="addmm with a per-column bias")
     e.add_argument("--breadth", choices=["baseline", "curated", "exhaustive"], default=None,
                    help="search space (default: from TORCH_FLYDSL_AUTOTUNE)")
+    e.add_argument("--json", action="store_true",
+                   help="one JSON object: served_by, reason, offered (config keys), declined ({config, category, reason})")
     e.set_defaults(fn=_cmd_explain)
     d = sub.add_parser("demo", help="compile a small model with FLYDSL candidates; on a CPU: compile-only + emulator")
     d.add_argument("--quick", action="store_true", help="smaller model (CI smoke test)")

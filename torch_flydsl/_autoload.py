@@ -1,15 +1,14 @@
-"""Entry points: ``torch.backends`` (runs inside ``import torch``) and ``vllm.general_plugins``.
+"""What the entry points do once the package is importable.
 
-Rules, all tested: never raise (an exception here makes ``import torch`` fail for the whole
-environment); import neither flydsl nor ``torch._inductor`` (seconds, and LLVM clashes); stay
-cheap; do nothing when ``TORCH_FLYDSL_DISABLE=1``; be idempotent (this runs in every process
-that imports torch, including Inductor's autotune and compile subprocesses).
+The entry points themselves live in the top-level ``torch_flydsl_boot`` module, which checks
+the kill switch and contains every failure of this package. Rules, all tested:
+import neither flydsl nor ``torch._inductor`` (seconds, and LLVM clashes); stay cheap; do
+nothing when ``TORCH_FLYDSL_DISABLE`` is on; be idempotent (this runs in every process that
+imports torch, including Inductor's autotune and compile subprocesses); work whichever of our
+modules was imported before torch.
 """
 
 from __future__ import annotations
-
-import os
-import warnings
 
 _done = False
 INDUCTOR_TRIGGER = "torch._inductor.lowering"
@@ -22,8 +21,10 @@ def _install_inductor() -> None:
         install()
     except Exception as e:  # never break a compile because the plugin failed to install
         from ._log import log
+        from .inductor import install as install_mod
 
-        log.warning("torch_flydsl: Inductor glue not installed: %s: %s", type(e).__name__, e)
+        install_mod.install_error = f"{type(e).__name__}: {e}"
+        log.warning("torch_flydsl: Inductor glue not installed: %s", install_mod.install_error)
 
 
 def enable() -> bool:
@@ -50,21 +51,19 @@ def enable() -> bool:
     return True
 
 
-def autoload() -> None:
-    """``torch.backends`` entry point."""
-    try:
-        enable()
-    except Exception as e:
-        try:
-            warnings.warn(f"torch_flydsl disabled itself at import: {type(e).__name__}: {e}", RuntimeWarning)
-        except Exception:
-            pass
-
-
-def vllm_register() -> None:
-    """``vllm.general_plugins`` entry point: vLLM calls it in every process it starts, maybe twice."""
-    autoload()
-
-
 def is_enabled() -> bool:
-    return _done and os.environ.get("TORCH_FLYDSL_DISABLE", "0") in ("", "0")
+    """Whether the plugin is active in this process: enabled, and not switched off since."""
+    from . import config
+
+    return _done and not config.disabled()
+
+
+def autoload() -> None:
+    """Entry point name of releases before ``torch_flydsl_boot`` existed: an environment whose
+    entry-point metadata is stale still loads this, so it must stay and must never raise."""
+    from torch_flydsl_boot import autoload as boot_autoload
+
+    boot_autoload()
+
+
+vllm_register = autoload

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from torch_flydsl_boot import FALSE_WORDS, TRUE_WORDS, env_flag, warn_once
+
 BACKEND_NAME = "FLYDSL"
 
 EXECUTORS = ("device", "emulator", "reference-standin")
@@ -16,20 +18,21 @@ BREADTHS = ("baseline", "curated", "exhaustive")
 INTREE_POLICIES = ("defer", "plugin")
 
 
-def _flag(name: str, default: bool = False) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    return raw.strip().lower() not in ("0", "false", "no", "off")
+def _bad_value(name: str, raw: str, expected: str, default: str) -> None:
+    """A knob with a value we cannot read keeps its default: a typo must never break a run.
+    Said once per process on the torch_flydsl logger."""
+    warn_once(f"{name}={raw}", f"{name}={raw!r}: expected {expected}; using the default {default!r}")
 
 
 def _choice(name: str, allowed: tuple[str, ...], default: str) -> str:
-    raw = os.environ.get(name, "").strip().lower()
-    if not raw:
+    raw = os.environ.get(name, "")
+    word = raw.strip().lower()
+    if not word:
         return default
-    if raw not in allowed:
-        raise ValueError(f"{name}={raw!r}: expected one of {', '.join(allowed)}")
-    return raw
+    if word not in allowed:
+        _bad_value(name, raw, "one of " + ", ".join(allowed), default)
+        return default
+    return word
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class Knob:
 
 # The one table of knobs; README's configuration table is generated from / checked against it.
 KNOBS = (
-    Knob("TORCH_FLYDSL_DISABLE", "0", "1 turns the whole plugin off: the entry point does nothing at `import torch`."),
+    Knob("TORCH_FLYDSL_DISABLE", "0", "1 (or true/yes/on) turns the whole plugin off: the entry point does nothing at `import torch`."),
     Knob(
         "TORCH_FLYDSL_AUTOTUNE",
         "0",
@@ -52,7 +55,8 @@ KNOBS = (
     Knob(
         "TORCH_FLYDSL_INTREE_POLICY",
         "defer",
-        "When torch ships its own FlyDSL backend: defer = offer no plugin GEMM choices; plugin = offer them too.",
+        "When torch ships its own FlyDSL backend: defer = leave an op to it where it would really serve "
+        "it (its flydsl gate passes on a gfx950), serve everything else; plugin = offer the plugin's kernels too.",
     ),
     Knob(
         "TORCH_FLYDSL_EXECUTOR",
@@ -65,7 +69,7 @@ KNOBS = (
 
 
 def disabled() -> bool:
-    return _flag("TORCH_FLYDSL_DISABLE")
+    return env_flag("TORCH_FLYDSL_DISABLE")
 
 
 def executor() -> str:
@@ -77,14 +81,19 @@ def intree_policy() -> str:
 
 
 def autotune_breadth(inductor_search_space: str = "DEFAULT") -> str:
-    raw = os.environ.get("TORCH_FLYDSL_AUTOTUNE", "").strip().lower()
-    if raw in BREADTHS:
-        return raw
-    if raw in ("", "0", "false", "off", "no"):
+    """``TORCH_FLYDSL_AUTOTUNE``: a breadth by name, or a boolean (off = baseline, on = curated,
+    or exhaustive under Inductor's EXHAUSTIVE search space)."""
+    name = "TORCH_FLYDSL_AUTOTUNE"
+    raw = os.environ.get(name, "")
+    word = raw.strip().lower()
+    if word in BREADTHS:
+        return word
+    if word and word not in TRUE_WORDS + FALSE_WORDS:
+        _bad_value(name, raw, "0, 1 (or another boolean) or one of " + ", ".join(BREADTHS), "0")
         return "baseline"
-    if raw in ("1", "true", "on", "yes"):
-        return "exhaustive" if inductor_search_space.upper() == "EXHAUSTIVE" else "curated"
-    raise ValueError(f"TORCH_FLYDSL_AUTOTUNE={raw!r}: expected 0, 1 or one of {', '.join(BREADTHS)}")
+    if not env_flag(name, False):
+        return "baseline"
+    return "exhaustive" if inductor_search_space.upper() == "EXHAUSTIVE" else "curated"
 
 
 def backends_include_flydsl(backends: str) -> bool:

@@ -1,4 +1,6 @@
-"""``python -m torch_flydsl doctor``: everything that decides whether FlyDSL kernels can run here."""
+"""``python -m torch_flydsl doctor``: everything that decides whether FlyDSL kernels can run here,
+and, per op family, who serves it on this install (the plugin, torch's in-tree FlyDSL backend
+or PyTorch) and why."""
 
 from __future__ import annotations
 
@@ -17,15 +19,53 @@ def _version(dist: str) -> str:
 
 def _entry_point_registered() -> bool:
     eps = importlib.metadata.entry_points(group="torch.backends")
-    return any(ep.value.startswith("torch_flydsl.") for ep in eps)
+    return any(ep.value.split(":")[0].startswith("torch_flydsl") for ep in eps)
+
+
+def _glue_state() -> str:
+    """Install the Inductor glue as a compile would (importing Inductor's lowering) and say how it went."""
+    from . import is_enabled
+
+    if not is_enabled():
+        return "not installed (plugin not active)"
+    try:
+        import torch._inductor.lowering  # noqa: F401  (fires the plugin's post-import hook)
+    except Exception as e:
+        return f"not installed: Inductor failed to import: {type(e).__name__}: {e}"
+    from .inductor import install as install_mod
+    from .inductor.versions import untested_torch
+
+    if install_mod.install_error:
+        return f"not installed, PyTorch left as it was: {install_mod.install_error}"
+    if not install_mod._installed:
+        return "not installed"
+    newer = untested_torch()
+    return f"installed ({newer})" if newer else "installed"
+
+
+def _flydsl_requested() -> str:
+    raw = os.environ.get("TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS")
+    if raw is None:
+        return "not in the env (set TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS=ATEN,TRITON,FLYDSL or the config in code)"
+    from .config import backends_include_flydsl
+
+    return f"{'yes' if backends_include_flydsl(raw) else 'no'} (TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS={raw})"
+
+
+def attention_row() -> tuple[str, str]:
+    """The attention path behind F.scaled_dot_product_attention on ROCm (read from torch)."""
+    from .runtime.attention import aotriton_summary
+
+    return ("SDPA attention (AOTriton)", aotriton_summary())
 
 
 def rows() -> list[tuple[str, str]]:
     import torch
 
     from . import __version__, config, is_enabled
+    from .runtime import intree
     from .runtime.arch import device_arch
-    from .runtime.probe import find_lld, flydsl_info, hip_runtime_present, intree_flydsl_present
+    from .runtime.probe import find_lld, flydsl_info, hip_runtime_present
 
     info = flydsl_info()
     hip = hip_runtime_present()
@@ -46,16 +86,44 @@ def rows() -> list[tuple[str, str]]:
         ("ld.lld (gfx950 compile-only)", str(lld) if lld else "not found (apt-get install lld-19)"),
         ("torch.backends entry point", "registered" if _entry_point_registered() else "not registered (pip install the package)"),
         ("plugin active in this process", "yes" if is_enabled() else "no"),
-        ("in-tree FlyDSL backend in torch", "yes" if intree_flydsl_present() else "no"),
+        ("Inductor glue", _glue_state()),
+        ("FLYDSL requested", _flydsl_requested()),
+        ("in-tree FlyDSL backend in torch", str(intree.status(*_here()))),
         ("FlyDSL kernel cache", os.environ.get("FLYDSL_RUNTIME_CACHE_DIR") or "<inductor cache dir>/torch_flydsl/flydsl_cache"),
         ("executor", config.executor()),
         ("autotune breadth", config.autotune_breadth()),
+        ("in-tree policy", config.intree_policy()),
     ]
+    if torch.version.hip is not None:
+        out.append(attention_row())
     for knob in config.KNOBS:
         if knob.env in os.environ:
             out.append((knob.env, os.environ[knob.env]))
     return out
 
 
+def _here() -> tuple[str, int]:
+    """The device this process would run FlyDSL kernels on: the CPU under the emulator and the
+    stand-in, the first GPU otherwise."""
+    from . import config
+
+    return ("cpu", 0) if config.executor() in ("emulator", "reference-standin") else ("cuda", 0)
+
+
+def serving_rows() -> list[tuple[str, str, str, str]]:
+    """Per op family: who serves it here, who would on a gfx950 with this install, and why."""
+    from .serving import ALL_OPS, who_serves
+
+    device_type, index = _here()
+    out = []
+    for op in ALL_OPS:
+        here = who_serves(op, device_type, index)
+        mi350 = who_serves(op, assume_gfx950=True)
+        out.append((op, here.served_by, mi350.served_by, here.reason if here.served_by != mi350.served_by else mi350.reason))
+    return out
+
+
 def report() -> str:
-    return tabulate(rows(), tablefmt="plain")
+    table = tabulate(rows(), tablefmt="plain")
+    serving = tabulate(serving_rows(), headers=["op", "served here", "on a gfx950", "why"], maxcolwidths=[None, None, None, 90])
+    return f"{table}\n\nWho serves each op (Inductor ops: when FLYDSL is requested under max-autotune):\n{serving}"

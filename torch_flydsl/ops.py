@@ -3,19 +3,34 @@
 Registered at ``import torch`` by the entry point (cheap: schema strings and Python impls), so
 a warm FX-graph cache in a fresh process finds ``torch.ops.torch_flydsl.*`` without
 re-lowering. The op ABI (names, argument order, ``cfg`` as a config key string) is kept stable
-across plugin versions: a stale cache entry can only be slow, never crash.
+across plugin versions: a stale cache entry can only be slow, never crash. Whenever the kernel
+cannot run here (operands it would not compute exactly, no usable FlyDSL or linker, a compile
+or launch that fails, a device it may not launch on), the op computes PyTorch's result instead
+and says why once per (config, reason).
+
+torch is imported inside the functions, not at module level: this module is imported by the
+entry point that runs inside ``import torch``, and must also work when a user imports it first.
 """
 
 from __future__ import annotations
-
-import torch
 
 NAMESPACE = "torch_flydsl"
 _lib = None
 _warned: set = set()  # (config, reason) pairs already logged: a fallback repeats every call
 
 
+def _fall_back(cfg_key: str, why: str, a, b, out, bias, alpha, beta) -> None:
+    from ._log import log
+
+    if (cfg_key, why) not in _warned:
+        _warned.add((cfg_key, why))
+        log.warning("FlyDSL %s not used for these operands, PyTorch computes them: %s", cfg_key, why)
+    _torch_fallback(a, b, out, bias, alpha, beta)
+
+
 def _torch_fallback(a, b, out, bias, alpha, beta) -> None:
+    import torch
+
     if bias is None:
         torch.mm(a, b, out=out)
     else:
@@ -23,14 +38,18 @@ def _torch_fallback(a, b, out, bias, alpha, beta) -> None:
 
 
 def _run_dense(cfg_key: str, a, b, out, bias, alpha: float, beta: float) -> None:
-    from ._log import log
-    from .runtime.launch_guard import executor_for
+    from .emulator.errors import EmulatorError
+    from .runtime.compile import CompileError
+    from .runtime.launch_guard import LaunchRefused, executor_for
     from .templates.base import Decline, TensorMeta
     from .templates.dense_gemm.config import DenseGemmConfig, config_fits
     from .templates.dense_gemm.eligibility import check_problem
 
-    executor = executor_for(out.device)
-    cfg = DenseGemmConfig.from_key(cfg_key)
+    try:
+        executor = executor_for(out.device)
+        cfg = DenseGemmConfig.from_key(cfg_key)
+    except (LaunchRefused, ValueError) as e:  # no usable FlyDSL/device here, or a key from elsewhere
+        return _fall_back(cfg_key, str(e), a, b, out, bias, alpha, beta)
     # Layouts chosen at compile time can still differ at run time (a cached graph fed other
     # strides, an input whose flexible layout was fixed later): re-check, and keep PyTorch's
     # result when the kernel would not be exact.
@@ -38,11 +57,18 @@ def _run_dense(cfg_key: str, a, b, out, bias, alpha: float, beta: float) -> None
     problem = check_problem(meta(a), meta(b), meta(out), meta(bias))
     why = problem if isinstance(problem, Decline) else config_fits(cfg, problem)
     if why is not None:
-        if (cfg_key, str(why)) not in _warned:
-            _warned.add((cfg_key, str(why)))
-            log.warning("FlyDSL %s skipped for these operands, using PyTorch: %s", cfg_key, why)
-        _torch_fallback(a, b, out, bias, alpha, beta)
-        return
+        return _fall_back(cfg_key, str(why), a, b, out, bias, alpha, beta)
+    try:
+        _execute(executor, cfg, a, b, out, bias, alpha, beta)
+    except EmulatorError as e:
+        if not isinstance(e.__cause__, CompileError):
+            raise  # the emulator found the kernel wrong (race, out of bounds): never hide that
+        _fall_back(cfg_key, f"compile failed: {e.__cause__}", a, b, out, bias, alpha, beta)
+    except Exception as e:  # compile failed (toolchain gone, cache dir broken, ...), or the launch raised
+        _fall_back(cfg_key, f"{type(e).__name__}: {e}", a, b, out, bias, alpha, beta)
+
+
+def _execute(executor: str, cfg, a, b, out, bias, alpha: float, beta: float) -> None:
     if executor == "reference-standin":
         # Plumbing tests only (named so in every test that uses it): not a FlyDSL kernel.
         from .templates.dense_gemm.reference import reference
@@ -58,13 +84,13 @@ def _run_dense(cfg_key: str, a, b, out, bias, alpha: float, beta: float) -> None
         launch(cfg, a, b, out, bias=bias, alpha=alpha, beta=beta)
 
 
-def _dense_mm_out(a: torch.Tensor, b: torch.Tensor, *, cfg: str, out: torch.Tensor) -> None:
+def _dense_mm_out(a: "torch.Tensor", b: "torch.Tensor", *, cfg: str, out: "torch.Tensor") -> None:
     _run_dense(cfg, a, b, out, None, 1.0, 0.0)
 
 
 def _dense_addmm_out(
-    bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, alpha: float = 1.0, beta: float = 1.0,
-    cfg: str, out: torch.Tensor,
+    bias: "torch.Tensor", a: "torch.Tensor", b: "torch.Tensor", *, alpha: float = 1.0, beta: float = 1.0,
+    cfg: str, out: "torch.Tensor",
 ) -> None:
     _run_dense(cfg, a, b, out, bias, float(alpha), float(beta))
 
@@ -87,6 +113,8 @@ def register() -> None:
     global _lib
     if _lib is not None or _defined():
         return
+    import torch
+
     lib = torch.library.Library(NAMESPACE, "DEF")
     for name, (schema, impl) in SCHEMAS.items():
         lib.define(name + schema)
@@ -96,6 +124,8 @@ def register() -> None:
 
 
 def _defined() -> bool:
+    import torch
+
     try:
         return all(torch._C._dispatch_has_kernel(f"{NAMESPACE}::{n}") for n in SCHEMAS)
     except Exception:
@@ -103,6 +133,8 @@ def _defined() -> bool:
 
 
 def op(name: str):
+    import torch
+
     return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 

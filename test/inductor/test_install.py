@@ -1,15 +1,17 @@
-"""Installing the Inductor glue: compose with another choices class, defer to in-tree FlyDSL."""
+"""Installing the Inductor glue: compose with another choices class; install on any torch >= 2.11."""
 
 import functools
 import logging
 
 import pytest
+import torch
 import torch._inductor.config as ic
 import torch._inductor.lowering  # noqa: F401  (what the post-import hook waits for)
 from torch._inductor.choices import InductorChoices
 
 from torch_flydsl.inductor import install as install_mod
 from torch_flydsl.inductor.choices import FlyDSLChoicesMixin, is_ours
+from torch_flydsl.runtime import intree
 
 
 @pytest.fixture
@@ -53,13 +55,18 @@ def test_foreign_factory_that_is_not_a_class_is_left_alone(fresh_install, monkey
     assert "leaves it alone" in caplog.text
 
 
-@pytest.mark.parametrize("policy, installs", [("defer", False), ("plugin", True)])
-def test_in_tree_flydsl_policy(fresh_install, monkeypatch, caplog, policy, installs):
-    monkeypatch.setattr(install_mod, "intree_flydsl_present", lambda: True)
-    monkeypatch.setenv("TORCH_FLYDSL_INTREE_POLICY", policy)
+def test_glue_installs_on_a_torch_with_its_own_flydsl_backend(fresh_install, monkeypatch):
+    # Coexistence is decided per op and node (torch_flydsl.serving), not by refusing to install.
+    monkeypatch.setattr(intree, "intree_flydsl_present", lambda: True)
+    intree.install_status.cache_clear()
+    try:
+        assert fresh_install() is True and is_ours(ic.inductor_choices_class)
+    finally:
+        intree.install_status.cache_clear()
+
+
+def test_a_torch_newer_than_the_newest_tested_gets_the_glue_and_a_log_line(fresh_install, monkeypatch, caplog):
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
     with caplog.at_level(logging.INFO, logger="torch_flydsl"):
-        assert fresh_install() is installs
-    assert is_ours(ic.inductor_choices_class) is installs
-    if not installs:
-        assert "ships its own FlyDSL" in caplog.text
-    assert install_mod.active_implementation() == ("in-tree" if policy == "defer" else "both")
+        assert fresh_install() is True
+    assert "torch 2.99.0 is newer than the newest release torch_flydsl was tested on" in caplog.text

@@ -1,35 +1,31 @@
-"""Install the Inductor side (idempotent). Called right after ``torch._inductor.lowering`` loads."""
+"""Install the Inductor side (idempotent). Called right after ``torch._inductor.lowering`` loads.
+
+The glue installs on every torch from 2.11 on, including releases newer than the newest one we
+test (``versions.NEWEST_TESTED_TORCH``: logged at info). If installing fails, PyTorch's config
+is left as it was and the reason is kept for ``doctor`` (``install_error``). Whether the plugin
+or torch's in-tree FlyDSL backend serves an op is decided per node (``serving.deferral``).
+"""
 
 from __future__ import annotations
 
 import functools
+from typing import Optional
 
-from .. import config
 from .._log import log
-from ..runtime.probe import intree_flydsl_present
 
 _installed = False
-
-
-def active_implementation() -> str:
-    """Which FLYDSL GEMM backend this process uses: 'plugin', 'in-tree' or 'both'."""
-    if not intree_flydsl_present():
-        return "plugin"
-    return "in-tree" if config.intree_policy() == "defer" else "both"
+install_error: Optional[str] = None  # why the glue is not installed, for doctor
 
 
 def install() -> bool:
-    global _installed
+    global _installed, install_error
     if _installed:
         return True
-    impl = active_implementation()
-    if impl == "in-tree":
-        log.info(
-            "torch ships its own FlyDSL Inductor backend; torch_flydsl offers no GEMM choices "
-            "(TORCH_FLYDSL_INTREE_POLICY=plugin to offer them as well)"
-        )
-        _installed = True
-        return False
+    from .versions import untested_torch
+
+    newer = untested_torch()
+    if newer:
+        log.info("%s; installing the Inductor glue anyway", newer)
     # Only Inductor's config is touched here: this runs inside Inductor's import chain, where
     # other Inductor modules (choices, select_algorithm) may be half-initialised.
     from torch._inductor import config as ic
@@ -49,9 +45,10 @@ def install() -> bool:
             "torch_flydsl leaves it alone and offers no FlyDSL GEMM choices",
             current,
         )
+        install_error = f"inductor_choices_class is {current!r}, not a class torch_flydsl can layer on"
         _installed = True
         return False
     ic.inductor_choices_class = functools.partial(make_choices, base=base, version=fingerprint(), knobs=LiveKnobs())
-    log.debug("FlyDSL Inductor glue installed (implementation: %s)", impl)
+    log.debug("FlyDSL Inductor glue installed")
     _installed = True
     return True

@@ -14,6 +14,7 @@ from .. import config
 from .._log import log
 from ..runtime.launch_guard import device_decline
 from ..runtime.probe import flydsl_info
+from ..serving import deferral
 from ..templates.base import Decline, TensorMeta
 from ..templates.dense_gemm.config import configs_for
 from ..templates.dense_gemm.eligibility import check_problem
@@ -82,6 +83,9 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict) -> Offer:
     reason = device_decline(device)
     if reason:
         return offer.decline("device", reason)
+    deferred = deferral(op_name, device.type, device.index or 0)
+    if deferred:
+        return offer.decline("coexistence", deferred)
     metas = [tensor_meta(n) for n in nodes]
     out_meta = TensorMeta(
         tuple(_static_int(s) for s in layout.size), tuple(_static_int(s) for s in layout.stride),
@@ -109,9 +113,30 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict) -> Offer:
     return offer
 
 
+def no_config_fits(declined: list[tuple[Optional[DenseGemmConfig], Decline]]) -> Optional[str]:
+    """One line for a node whose every config was declined: each distinct reason once."""
+    reasons = []
+    for cfg, d in declined:
+        if cfg is None:
+            return None  # declined as a whole: that reason is logged on its own
+        text = str(d).replace(f"{cfg.key()}: ", "")
+        if text not in reasons:
+            reasons.append(text)
+    if not reasons:
+        return None
+    shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} other reason(s)" if len(reasons) > 3 else "")
+    return f"none of the {len(declined)} FlyDSL config(s) fits: {shown}"
+
+
 def log_offer(offer: Offer, where: str) -> None:
     if offer.configs:
         log.info("%s: offering %d FlyDSL config(s): %s", where, len(offer.configs), ", ".join(c.key() for c in offer.configs))
+    else:
+        summary = no_config_fits(offer.declined)
+        if summary:
+            # FLYDSL was requested and the node is eligible, yet nothing is offered: say so at
+            # info (the per-config reasons follow at debug).
+            log.info("%s: no FlyDSL choice: %s", where, summary)
     for cfg, d in offer.declined:
         if cfg is not None:
             log.debug("%s: config %s declined: %s", where, cfg.key(), d)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import functools
+from typing import Optional
+
+# The newest torch release whose Inductor seams the glue tests ran on
+# (scripts/test_torch_versions.sh). Newer ones still get the glue; doctor says "untested".
+NEWEST_TESTED_TORCH = (2, 15)
 
 
 @functools.lru_cache(maxsize=None)
@@ -16,3 +21,16 @@ def fingerprint() -> tuple[str, ...]:
 
 def fingerprint_str() -> str:
     return "/".join(fingerprint())
+
+
+def untested_torch() -> Optional[str]:
+    """A sentence when this torch is newer than the newest one tested, else None."""
+    import torch
+
+    from ..runtime.probe import _parse_version
+
+    have = _parse_version(torch.__version__)[:2]
+    if have > NEWEST_TESTED_TORCH:
+        newest = ".".join(map(str, NEWEST_TESTED_TORCH))
+        return f"torch {torch.__version__} is newer than the newest release torch_flydsl was tested on ({newest})"
+    return None

@@ -1,0 +1,130 @@
+"""Would torch's own (in-tree, 2.15+) FlyDSL backend serve an op in this process?
+
+The plugin defers to the in-tree backend only for an op it would actually serve; everything
+else the plugin complements (addmm, which in-tree has no path for, and every op when in-tree is
+off). In-tree serving needs two kinds of condition:
+
+* install-level: torch ships the backend, and its runtime gate passes — flydsl installed, with
+  its ``_mlir`` package, at the release torch pins (0.3.x in 2.15; any other version turns the
+  backend off with only a debug log);
+* device-level: a ROCm build of torch and a gfx950 device.
+
+Under the emulator or the reference stand-in executors the CPU stands for a gfx950 device for
+both backends, so only the install-level conditions decide (this is what lets CPU tests see
+the real coexistence decision); ``explain`` likewise answers "as if on gfx950".
+
+Nothing here imports flydsl. The in-tree gate module is imported (it is part of Inductor and
+cheap) to read the release it pins; if torch renames it, the documented 2.15 pin is used.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from .probe import _parse_version, flydsl_info, intree_flydsl_present
+
+# Which ops the in-tree backend has a FlyDSL path for, and through which mechanism. ``addmm``
+# is absent on purpose: torch 2.15's tuned_addmm has no FlyDSL path.
+INTREE_OPS = {
+    "mm": "inductor",
+    "grouped_mm": "inductor",
+    "scaled_mm": "inductor",  # only through _scaled_mm_v2 / F.scaled_mm with MX block scales
+    "rms_norm": "eager",
+    "topk": "eager",
+}
+INTREE_GATE_MODULE = "torch._inductor.codegen.flydsl.flydsl_utils"
+DOCUMENTED_RELEASE = (0, 3)  # torch 2.15.0's _FLYDSL_SUPPORTED_RELEASE
+
+
+@dataclass(frozen=True)
+class IntreeStatus:
+    present: bool  # torch ships the backend
+    usable: bool  # it would serve (given the device conditions the caller asked about)
+    reason: str  # why it is off, or what it needs; readable by users
+
+    def __str__(self) -> str:
+        if not self.present:
+            return "absent"
+        return f"present, {'on' if self.usable else 'off'}: {self.reason}"
+
+
+def _supported_release() -> tuple[int, ...]:
+    try:
+        import importlib
+
+        mod = importlib.import_module(INTREE_GATE_MODULE)
+        rel = getattr(mod, "_FLYDSL_SUPPORTED_RELEASE", None)
+        if isinstance(rel, tuple) and rel and all(isinstance(x, int) for x in rel):
+            return rel
+    except Exception:
+        pass
+    return DOCUMENTED_RELEASE
+
+
+def _flydsl_has_mlir() -> bool:
+    spec = importlib.util.find_spec("flydsl")
+    locations = list(getattr(spec, "submodule_search_locations", None) or [])
+    return any((Path(loc) / "_mlir").exists() for loc in locations)
+
+
+@functools.lru_cache(maxsize=None)
+def install_status() -> IntreeStatus:
+    """The install-level half: does torch ship the backend, and does its flydsl gate pass?"""
+    if not intree_flydsl_present():
+        return IntreeStatus(False, False, "this torch has no in-tree FlyDSL backend")
+    info = flydsl_info()
+    if not info.installed or info.version is None:
+        return IntreeStatus(True, False, "flydsl is not installed")
+    release = _supported_release()
+    have = _parse_version(info.version)[: len(release)]
+    pinned = ".".join(map(str, release)) + ".x"
+    if have != release:
+        return IntreeStatus(True, False, f"it accepts flydsl {pinned} only, this is flydsl {info.version}")
+    if not _flydsl_has_mlir():
+        return IntreeStatus(True, False, "flydsl has no _mlir package")
+    return IntreeStatus(True, True, f"flydsl {info.version} passes its {pinned} gate")
+
+
+def device_reason(device_type: Optional[str], index: int = 0) -> Optional[str]:
+    """Why the in-tree backend could not run on this device (None: it could)."""
+    from .. import config
+
+    if config.executor() in ("emulator", "reference-standin"):
+        return None  # the CPU stands for gfx950 for both backends (see module docstring)
+    import torch
+
+    if torch.version.hip is None:
+        return "not a ROCm build of torch"
+    if device_type != "cuda":
+        return f"device {device_type} is not a ROCm GPU"
+    from .arch import device_arch
+
+    arch = device_arch(index)
+    if arch != "gfx950":
+        return f"GPU arch {arch} is not gfx950"
+    return None
+
+
+def status(device_type: Optional[str] = "cuda", index: int = 0, assume_gfx950: bool = False) -> IntreeStatus:
+    """Would the in-tree backend run here? ``assume_gfx950`` answers as if on an MI350."""
+    base = install_status()
+    if not base.usable or assume_gfx950:
+        return base
+    why = device_reason(device_type, index)
+    if why:
+        return IntreeStatus(True, False, why)
+    return base
+
+
+def serves(op: str, device_type: Optional[str] = "cuda", index: int = 0, assume_gfx950: bool = False) -> Optional[str]:
+    """If the in-tree backend would serve ``op`` here, the reason (for logs); else None."""
+    if op not in INTREE_OPS:
+        return None
+    st = status(device_type, index, assume_gfx950)
+    if not st.usable:
+        return None
+    return f"torch's in-tree FlyDSL backend serves {op} here ({st.reason})"

@@ -1,0 +1,74 @@
+"""Who serves each op family on this install: the plugin, torch's in-tree FlyDSL backend, or
+PyTorch's own path — the one coexistence rule that the Inductor glue, ``doctor`` and
+``explain`` share.
+
+Rule: the plugin defers an op to the in-tree backend only when that backend would actually
+serve it in this process (``runtime.intree``) and ``TORCH_FLYDSL_INTREE_POLICY`` is ``defer``;
+otherwise it offers its own kernels for every op it has a family for. Inductor ops are served
+only when FLYDSL is requested in ``max_autotune_gemm_backends``; callers check that themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from . import config
+from .runtime import intree
+
+# Op families the plugin has kernels for (the family registry will own this list).
+PLUGIN_OPS = ("mm", "addmm")
+# Every op family either backend may serve, in the order doctor lists them.
+ALL_OPS = ("mm", "addmm", "scaled_mm", "grouped_mm", "rms_norm", "topk")
+
+PLUGIN, INTREE, PYTORCH = "plugin", "in-tree", "pytorch"
+
+
+@dataclass(frozen=True)
+class Serving:
+    op: str
+    served_by: str  # plugin | in-tree | pytorch
+    reason: str
+
+
+def _plugin_device_reason(device_type: str, index: int) -> Optional[str]:
+    import torch
+
+    from .runtime.launch_guard import device_decline
+
+    return device_decline(torch.device(device_type, index) if device_type == "cuda" else torch.device(device_type))
+
+
+def deferral(op: str, device_type: Optional[str] = "cuda", index: int = 0, assume_gfx950: bool = False) -> Optional[str]:
+    """Why the plugin leaves ``op`` to the in-tree backend here (None: it does not)."""
+    if config.intree_policy() != "defer":
+        return None
+    why = intree.serves(op, device_type, index, assume_gfx950)
+    if why is None:
+        return None
+    return f"{why}; TORCH_FLYDSL_INTREE_POLICY=plugin offers the plugin's kernels as well"
+
+
+def who_serves(op: str, device_type: str = "cuda", index: int = 0, assume_gfx950: bool = False) -> Serving:
+    """Who serves ``op`` on ``device_type`` here (or as if on a gfx950 device)."""
+    deferred = deferral(op, device_type, index, assume_gfx950)
+    if deferred:
+        return Serving(op, INTREE, deferred)
+    if op in PLUGIN_OPS:
+        why = None if assume_gfx950 else _plugin_device_reason(device_type, index)
+        if why is None:
+            from .runtime.probe import flydsl_info
+
+            info = flydsl_info()
+            if info.usable or config.executor() == "reference-standin":
+                st = intree.status(device_type, index, assume_gfx950)
+                note = f"in-tree backend {st}" if st.present else "no in-tree backend in this torch"
+                return Serving(op, PLUGIN, f"torch_flydsl kernels ({note})")
+            why = info.reason or "flydsl unusable"
+        return Serving(op, PYTORCH, why)
+    intree_why = intree.serves(op, device_type, index, assume_gfx950)
+    if intree_why:
+        return Serving(op, INTREE, intree_why)
+    st = intree.status(device_type, index, assume_gfx950)
+    theirs = f"; in-tree backend {st}" if st.present else ""
+    return Serving(op, PYTORCH, f"torch_flydsl has no {op} kernels yet{theirs}")
