@@ -100,3 +100,11 @@ def test_readme_knob_table_matches_the_knobs_in_the_code():
     documented = {name: default.strip("`") for name, default in rows}
     in_code = {k.env: (k.default if k.default else "unset") for k in config.KNOBS}
     assert documented == in_code
+
+
+@pytest.mark.parametrize("category, reason", [("shape", ""), ("shape", "   "), ("", "why"), ("dtype", None)])
+def test_a_decline_cannot_be_built_without_a_readable_reason(category, reason):
+    from torch_flydsl.templates.base import Decline
+
+    with pytest.raises(ValueError):
+        Decline(category, reason)

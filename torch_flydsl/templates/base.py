@@ -29,6 +29,13 @@ class Decline:
     category: str
     reason: str
 
+    def __post_init__(self):
+        # A decline is what a user reads to learn why FlyDSL was not used: never blank.
+        if not isinstance(self.category, str) or not self.category.strip():
+            raise ValueError("a Decline needs a category")
+        if not isinstance(self.reason, str) or not self.reason.strip():
+            raise ValueError(f"a Decline ({self.category}) needs a reason a user can read")
+
     def __str__(self) -> str:
         return f"[{self.category}] {self.reason}"
 
