@@ -29,6 +29,16 @@ def test_vector_add_with_tail(n):
     assert rep.emulation.launches[0].grid == ((n + 255) // 256, 1, 1)
 
 
+def test_writer_tracking_names_the_workgroup_behind_every_element():
+    n = 1000
+    a, b, c = torch.randn(n), torch.randn(n), torch.zeros(n + 24)
+    rep = emulate(K.vadd, (a, b, c[:n], n), tensors=[c], track_writers=True)
+    assert rep.writers_of(c[:n]).tolist() == [i // 256 for i in range(n)]
+    assert rep.writers_of(c[n:]).tolist() == [-1] * 24  # never written
+    with pytest.raises(ValueError, match="track_writers"):
+        emulate(K.vadd, (a, b, c[:n], n)).writers_of(c)
+
+
 def test_planted_off_by_one_bound_is_an_out_of_bounds_access():
     n = 1000
     a, b, c = torch.randn(n), torch.randn(n), torch.zeros(n)

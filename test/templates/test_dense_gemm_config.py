@@ -107,25 +107,3 @@ def test_k_multiple_of_block_k_is_the_only_k_requirement():
     cfg = DenseGemmConfig(16, 64, 128, 1, 2, 4, 0)  # 4 stages, K of a single tile still fits
     assert config_fits(cfg, GemmProblem.from_layout(5, 7, 128, BF16, "tn")) is None
     assert config_fits(cfg, GemmProblem.from_layout(5, 7, 192, BF16, "tn")) is not None
-
-
-@pytest.mark.parametrize("group_m", [0, 1, 4, 8])
-@pytest.mark.parametrize("m, n", [(1, 1), (1000, 333), (4096, 128), (129, 4097), (1024, 1024), (2048, 384)])
-def test_block_order_visits_every_output_tile_once(group_m, m, n):
-    cfg = DenseGemmConfig(128, 128, 64, 2, 2, 2, group_m)
-    tiles_m, tiles_n = -(-m // 128), -(-n // 128)
-    seen = [C.block_tile(cfg, pid, m, n) for pid in range(tiles_m * tiles_n)]
-    assert sorted(seen) == [(i, j) for i in range(tiles_m) for j in range(tiles_n)]
-
-
-def test_group_m_walks_down_a_column_of_tiles_first():
-    cfg = DenseGemmConfig(128, 128, 64, 2, 2, 2, 4)
-    # 5 x 5 tiles do not split over 8 XCDs: plain group-M order.
-    assert [C.block_tile(cfg, pid, 640, 640) for pid in range(5)] == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1)]
-
-
-def test_group_m_gives_each_xcd_a_contiguous_run_of_tiles():
-    cfg = DenseGemmConfig(128, 128, 64, 2, 2, 2, 4)
-    # 8 x 8 tiles: ids 0, 8, 16, ... (all on XCD 0) take the first 8 tiles of group-M order.
-    xcd0 = [C.block_tile(cfg, pid, 1024, 1024) for pid in range(0, 64, 8)]
-    assert xcd0 == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1), (1, 1), (2, 1), (3, 1)]

@@ -49,6 +49,7 @@ def emulate(
     tensors: Iterable = (),
     workgroups: Optional[Iterable[Tuple[int, int, int]]] = None,
     grid: Optional[Tuple[int, int, int]] = None,
+    track_writers: bool = False,
 ) -> EmulationReport:
     """Run ``jit_fn(*args, **kwargs)`` on the CPU with gfx950 semantics.
 
@@ -58,7 +59,8 @@ def emulate(
     ``tensors``) is valid global memory; other accesses are reported out of bounds.
     ``workgroups`` restricts execution to some workgroup ids (for speed); ``grid`` overrides
     the grid the host code computed (the block size is fixed at compile time). With ``check`` the
-    LDS race / async-wait / uninitialized-read checker runs as well.
+    LDS race / async-wait / uninitialized-read checker runs as well. With ``track_writers``
+    global memory remembers which workgroup wrote each byte: ``report.writers_of(tensor)``.
     """
     kwargs = dict(kwargs or {})
     for t in list(args) + list(kwargs.values()) + list(tensors):
@@ -73,10 +75,10 @@ def emulate(
     for i, t in enumerate(found):
         s, e = tensor_span(t)
         spans.append((s, e, f"tensor{i}{tuple(t.shape)}"))
-    mem = GlobalMemory(spans)
+    mem = GlobalMemory(spans, track_writers=track_writers)
     cp = compiled_program(captured)
     findings = Findings()
-    report = EmulationReport()
+    report = EmulationReport(memory=mem if track_writers else None)
     for launch in run_host(cp, captured.slots):
         if grid is not None:
             launch["grid"] = tuple(int(g) for g in grid)

@@ -36,6 +36,13 @@ class LaunchRecord:
 class EmulationReport:
     findings: List[Finding] = field(default_factory=list)
     launches: List[LaunchRecord] = field(default_factory=list)
+    memory: Optional[GlobalMemory] = field(default=None, repr=False)  # kept with track_writers
+
+    def writers_of(self, t) -> np.ndarray:
+        """Per element of ``t``: linear id of the workgroup that last wrote it (-1: none)."""
+        if self.memory is None:
+            raise ValueError("run emulate(..., track_writers=True) to know who wrote what")
+        return self.memory.writers_of(t)
 
     @property
     def errors(self) -> List[Finding]:

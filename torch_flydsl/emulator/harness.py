@@ -19,6 +19,7 @@ import torch
 
 from .api import emulate
 from .executor import EmulationReport
+from .memory import element_offsets
 
 INT_SENTINEL = -0x5A5A5A5A
 
@@ -107,11 +108,7 @@ def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
 
 def _element_bytes(t: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
     """Storage byte indices of the elements of ``t`` selected by the bool mask ``which``."""
-    pos = torch.full(t.shape, t.storage_offset(), dtype=torch.int64)
-    for d, (size, stride) in enumerate(zip(t.shape, t.stride())):
-        shape = [1] * t.dim()
-        shape[d] = size
-        pos += torch.arange(size, dtype=torch.int64).view(shape) * stride
+    pos = t.storage_offset() + torch.from_numpy(element_offsets(t))
     size = t.element_size()
     return (pos[which].unsqueeze(1) * size + torch.arange(size)).reshape(-1)
 

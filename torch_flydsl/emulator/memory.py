@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Iterable, List, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -20,6 +20,7 @@ class Region:
     end: int
     data: np.ndarray  # uint8 view onto the tensor memory (writable)
     name: str
+    writer: Optional[np.ndarray] = None  # per byte: linear id of the last workgroup to write it, -1 none
 
 
 def tensor_span(t) -> Tuple[int, int]:
@@ -30,8 +31,18 @@ def tensor_span(t) -> Tuple[int, int]:
     return t.data_ptr(), t.data_ptr() + extent * t.element_size()
 
 
+def element_offsets(t) -> np.ndarray:
+    """Offset (in elements, from ``t``'s first element) of every element of ``t``, shape of ``t``."""
+    off = np.zeros(tuple(t.shape), np.int64)
+    for d, (n, st) in enumerate(zip(t.shape, t.stride())):
+        shape = [1] * t.dim()
+        shape[d] = n
+        off = off + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    return off
+
+
 class GlobalMemory:
-    def __init__(self, spans: Iterable[Tuple[int, int, str]]):
+    def __init__(self, spans: Iterable[Tuple[int, int, str]], track_writers: bool = False):
         spans = sorted((s, e, n) for s, e, n in spans if e > s)
         merged: List[list] = []
         for s, e, n in spans:
@@ -41,7 +52,9 @@ class GlobalMemory:
             else:
                 merged.append([s, e, n])
         self.regions = [
-            Region(s, e, np.ctypeslib.as_array((ctypes.c_uint8 * (e - s)).from_address(s)), n) for s, e, n in merged
+            Region(s, e, np.ctypeslib.as_array((ctypes.c_uint8 * (e - s)).from_address(s)), n,
+                   np.full(e - s, -1, np.int64) if track_writers else None)
+            for s, e, n in merged
         ]
         self.starts = np.array([r.start for r in self.regions], np.int64)
         self.ends = np.array([r.end for r in self.regions], np.int64)
@@ -74,10 +87,33 @@ class GlobalMemory:
             out[sel] = reg.data[idx]
         return out, oob
 
-    def write(self, addr: np.ndarray, data: np.ndarray, active: np.ndarray):
-        """Store (L, nbytes) bytes; returns the out-of-bounds lanes (which were dropped)."""
+    def write(self, addr: np.ndarray, data: np.ndarray, active: np.ndarray, writer: int = -1):
+        """Store (L, nbytes) bytes for workgroup ``writer`` (linear id); returns the
+        out-of-bounds lanes (which were dropped)."""
         oob, groups = self._by_region(addr, data.shape[1], active)
         for reg, sel, idx in groups:
             # Lanes are applied in order, so the highest lane wins on overlap (one valid HW order).
             reg.data[idx] = data[sel]
+            if reg.writer is not None:
+                reg.writer[idx] = writer
         return oob
+
+    def writers_of(self, t) -> np.ndarray:
+        """Per element of the tensor ``t`` (shape of ``t``): linear id (``x + gx * (y + gy * z)``)
+        of the workgroup that last wrote it; -1 when nothing wrote it, -2 when its bytes were
+        last written by different workgroups. Needs ``track_writers``."""
+        if any(r.writer is None for r in self.regions):
+            raise ValueError("writer tracking is off: emulate(..., track_writers=True)")
+        size = t.element_size()
+        addr = t.data_ptr() + element_offsets(t) * size
+        flat = addr.reshape(-1)
+        ri, ok = self._locate(flat, size)
+        if not ok.all():
+            raise ValueError("tensor is not (entirely) in the kernel's global memory")
+        out = np.empty(flat.shape, np.int64)
+        for r in np.unique(ri):
+            reg = self.regions[r]
+            sel = ri == r
+            w = reg.writer[(flat[sel] - reg.start)[:, None] + np.arange(size)]
+            out[sel] = np.where((w == w[:, :1]).all(axis=1), w[:, 0], -2)
+        return out.reshape(addr.shape)

@@ -17,6 +17,8 @@ class Workgroup:
     def __init__(self, block_id, grid, block, lds_size: int, mem: GlobalMemory, findings: Findings, check: bool):
         self.block_id = tuple(int(b) for b in block_id)
         self.grid = tuple(int(g) for g in grid)
+        x, y, z = self.block_id
+        self.linear_id = x + self.grid[0] * (y + self.grid[1] * z)
         self.block = tuple(int(b) for b in block)
         self.lds = np.zeros(lds_size, np.uint8)
         self.lds_size = lds_size

@@ -84,7 +84,7 @@ def global_write(W, addr, data, loc, active=None):
     wg = W.wg
     active = W.mask if active is None else active
     a = full(addr, W.lanes).astype(np.int64)
-    oob = wg.mem.write(a, data, active)
+    oob = wg.mem.write(a, data, active, wg.linear_id)
     if oob.any():
         wg.findings.add(GLOBAL_OOB, f"global write of {data.shape[1]} bytes outside every kernel tensor (dropped)", loc, wg.block_id, W.wave_id)
 

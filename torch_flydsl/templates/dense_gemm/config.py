@@ -145,23 +145,6 @@ class DenseGemmConfig:
         return not self.static_problems()
 
 
-def block_tile(cfg: DenseGemmConfig, pid: int, m: int, n: int) -> tuple[int, int]:
-    """(pid_m, pid_n) of the output tile that workgroup ``pid`` computes; the kernel's block
-    order written out in Python (the kernel does the same arithmetic in int32)."""
-    num_pid_m = -(-m // cfg.block_m)
-    num_pid_n = -(-n // cfg.block_n)
-    if cfg.group_m <= 0:
-        return pid // num_pid_n, pid % num_pid_n
-    num_wg = num_pid_m * num_pid_n
-    if num_wg % NUM_XCDS == 0:
-        pid = (pid % NUM_XCDS) * (num_wg // NUM_XCDS) + pid // NUM_XCDS
-    per_group = num_pid_n * cfg.group_m
-    first_m = pid // per_group * cfg.group_m
-    group_rows = min(num_pid_m - first_m, cfg.group_m)
-    in_group = pid % per_group
-    return first_m + in_group % group_rows, in_group // group_rows
-
-
 BASELINE = DenseGemmConfig(128, 128, 64, 2, 2, 2, 0)
 
 # Hand-picked: decode-sized M (16/32), medium tiles, large tiles, deeper pipelines, group-M.

@@ -8,7 +8,8 @@ output tile):
 
 * Block order: ``block_idx.x`` is mapped to (pid_m, pid_n), row-major over N, or, when
   ``group_m > 0``, first spread into one contiguous run per XCD and then grouped by
-  ``group_m`` rows of tiles (L2 reuse of B). ``config.block_tile`` is the same in Python.
+  ``group_m`` rows of tiles (L2 reuse of B). test/emulator/test_dense_gemm_block_order.py
+  specifies the order and observes it in the emulator.
 * Global -> LDS: gfx950's async buffer->LDS DMA, 16 bytes per lane per instruction. A DMA
   writes lane ``l`` of a wave to ``lds_base + 16*l``, so LDS positions are fixed by the thread
   id; each lane therefore *fetches* the global vector that belongs at its LDS position (the
