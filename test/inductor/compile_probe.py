@@ -5,14 +5,64 @@ across processes). Options come from argv as JSON:
   op: "mm" | "addmm" | "linear";  backends: max_autotune_gemm_backends;  force_win: make every
   FlyDSL choice benchmark as fastest (timings are meaningless on a CPU);  bump_version: pretend
   the plugin version changed;  shape: [M, N, K];  layout: "nn" | "nt" | ...;
-  fixed_aten_timings: deterministic timings for PyTorch's own extern choices.
+  fixed_aten_timings: deterministic timings for PyTorch's own extern choices;
+  only_configs: offer just these FlyDSL config keys (of those that fit);  fail_config: the
+  emulated kernel of this config key raises ``PlantedKernelFault`` whenever it runs.
+The JSON also carries ``flydsl_log``, the torch_flydsl logger's warnings and errors, and
+``launches``, how many FlyDSL kernels the device launcher ran (0 without a gfx950).
 """
 
 import importlib
 import json
+import logging
 import sys
 
 import torch
+
+
+def plant_failure(cfg_key):
+    """The emulated kernel of ``cfg_key`` raises as the emulator does when it finds a kernel
+    wrong (an ``EmulatorError``: the op never hides those behind PyTorch's result)."""
+    from torch_flydsl.emulator.errors import EmulatorError
+    from torch_flydsl.templates.dense_gemm import emulated
+
+    class PlantedKernelFault(EmulatorError):
+        pass
+
+    run = emulated.run_emulated
+
+    def run_or_fail(cfg, *args, **kwargs):
+        if cfg.key() == cfg_key:
+            raise PlantedKernelFault(f"planted failure of {cfg_key}")
+        return run(cfg, *args, **kwargs)
+
+    emulated.run_emulated = run_or_fail
+
+
+def offer_only(cfg_keys):
+    from torch_flydsl.inductor import offer
+
+    configs_for = offer.configs_for
+
+    def fewer(problem, breadth):
+        fitting, declined = configs_for(problem, breadth)
+        return [c for c in fitting if c.key() in cfg_keys], declined
+
+    offer.configs_for = fewer
+
+
+def count_launches():
+    from torch_flydsl.templates.dense_gemm import launcher
+
+    launched, launch = [], launcher.launch
+
+    def counted(*args, **kwargs):
+        result = launch(*args, **kwargs)
+        launched.append(args[0].key())
+        return result
+
+    launcher.launch = counted
+    return launched
 
 
 def main(opts):
@@ -31,6 +81,18 @@ def main(opts):
         autotune_seen.append({"op": name, "choices": sorted({type(c).__name__ for c in timings})})
 
     add_feedback_saver(saver)
+    flydsl_log = []
+
+    class Recorder(logging.Handler):
+        def emit(self, record):
+            flydsl_log.append(record.getMessage())
+
+    logging.getLogger("torch_flydsl").addHandler(Recorder(logging.WARNING))
+    launched = count_launches()
+    if opts.get("only_configs"):
+        offer_only(opts["only_configs"])
+    if opts.get("fail_config"):
+        plant_failure(opts["fail_config"])
     if torch_flydsl.is_enabled():
         importlib.import_module("torch._inductor.lowering")  # installs the glue
         from torch_flydsl.inductor import choices, versions
@@ -110,6 +172,8 @@ def main(opts):
         "benchmarked": benchmarked,
         "choices_seen": autotune_seen,
         "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
+        "flydsl_log": flydsl_log,
+        "launches": len(launched),
     }))
 
 
