@@ -20,6 +20,7 @@ import torch
 pytest.importorskip("flydsl")
 
 from torch_flydsl.emulator import emulate  # noqa: E402
+from torch_flydsl.templates.dense_gemm import kernel  # noqa: E402
 from torch_flydsl.templates.dense_gemm.config import NUM_XCDS, DenseGemmConfig  # noqa: E402
 from torch_flydsl.templates.dense_gemm.launcher import compile_args  # noqa: E402
 
@@ -110,3 +111,14 @@ def test_group_m_spreads_contiguous_runs_over_the_xcds():
 @pytest.mark.parametrize("tiles", [(10, 3), (4, 4), (12, 2), (9, 5)])
 def test_group_m_order_matches_its_specification(tiles):
     assert tile_writers(8, *tiles) == expected_group_m(*tiles, 8)
+
+
+def test_a_planted_swap_of_pid_m_and_pid_n_is_caught(monkeypatch):
+    # The kernel traces the module-level block_order: swap its result and build afresh (the
+    # cached build would hand back the real kernel).
+    real = kernel.block_order
+    monkeypatch.setattr(kernel, "block_order", lambda *args: real(*args)[::-1])
+    monkeypatch.setattr(kernel, "build", kernel.build.__wrapped__)
+    with pytest.raises(AssertionError, match="written by"):
+        tile_writers(0, 3, 5)  # tiles of the swapped grid fall outside M: some stay unwritten
+    assert tile_writers(0, 4, 4) != [[i * 4 + j for j in range(4)] for i in range(4)]

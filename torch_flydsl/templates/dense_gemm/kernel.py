@@ -6,11 +6,11 @@ serves every M, N, K (K a multiple of block_k), leading stride and storage offse
 Structure of one workgroup (``m_waves x n_waves`` wave64 waves, one ``block_m x block_n``
 output tile):
 
-* Block order: ``block_idx.x`` is mapped to (pid_m, pid_n), row-major over N, or, when
-  ``group_m > 0``, first spread into one contiguous run per XCD and then grouped by
-  ``group_m`` rows of tiles (L2 reuse of B). test/emulator/test_dense_gemm_block_order.py
-  specifies the order and observes it in the emulator.
-* Global -> LDS: gfx950's async buffer->LDS DMA, 16 bytes per lane per instruction. A DMA
+* Block order (``block_order``): ``block_idx.x`` is mapped to (pid_m, pid_n), row-major
+  over N, or, when ``group_m > 0``, first spread into one contiguous run per XCD and then
+  grouped by ``group_m`` rows of tiles (L2 reuse of B). test/emulator/
+  test_dense_gemm_block_order.py specifies the order and observes it in the emulator.
+* Global -> LDS (``TileLoads``, pipelined by ``main_loop``): gfx950's async buffer->LDS DMA, 16 bytes per lane per instruction. A DMA
   writes lane ``l`` of a wave to ``lds_base + 16*l``, so LDS positions are fixed by the thread
   id; each lane therefore *fetches* the global vector that belongs at its LDS position (the
   XOR swizzle of the LDS layout is an involution, so this is the same swizzle function).
@@ -18,12 +18,12 @@ output tile):
   tracked with ``s_waitcnt vmcnt`` (every thread issues the same number of DMAs per tile, so
   "at most (stages-2) tiles outstanding" means "this tile landed"; in the last iterations,
   where nothing more is fetched, the wait drains everything). One barrier per K tile.
-* LDS -> registers: FlyDSL tiled copies matched to the MFMA operand layouts. An operand whose
+* LDS -> registers (``Mma``): FlyDSL tiled copies matched to the MFMA operand layouts. An operand whose
   K dimension is contiguous in memory (row-major A, column-major B) sits in LDS K-contiguous
   and is read with 16-byte ``ds_read_b128``; an operand contiguous along M/N sits in LDS
   M/N-contiguous and is read with gfx950's transposing ``ds_read_b64_tr_b16``.
 * MFMA ``v_mfma_f32_16x16x32_{bf16,f16}``, fp32 accumulators.
-* Epilogue: ``alpha * acc + beta * bias[col]`` in fp32, rounded once to the input dtype and
+* Epilogue (``stage_c_tile``, ``store_c_tile``): ``alpha * acc + beta * bias[col]`` in fp32, rounded once to the input dtype and
   staged through a padded C tile in LDS (aliasing the A/B stages), then written as 16-byte
   row vectors; rows ``>= M`` are skipped, and a vector that crosses N (or an output whose
   leading stride is not a multiple of 8 elements) is written element by element with
@@ -43,10 +43,22 @@ not supported.
 """
 
 # No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
+#
+# The kernel is assembled from the module-level pieces below; FlyDSL traces Python, so each is
+# an ordinary function (or small class) called while the kernel is traced, taking the
+# compile-time constants (``KernelSpec``) and the traced values it needs as arguments.
+# FlyDSL rewrites Python ``if``/``for`` on traced values into ``scf`` ops only in a kernel's
+# own source, so the pieces that branch or loop on runtime values (``main_loop``,
+# ``store_c_tile``) go through the same rewriter (``_dsl_control_flow``).
 import functools
 from dataclasses import dataclass
+from typing import Any
 
+import flydsl.compiler as flyc
+import flydsl.expr as fx
 import torch
+from flydsl.compiler.ast_rewriter import ASTRewriter
+from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
 
 from .config import (
     c_lds_row_stride,
@@ -63,7 +75,7 @@ from .config import (
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """Everything that selects one compiled kernel."""
+    """Everything that selects one compiled kernel; the other properties are derived from it."""
 
     cfg: DenseGemmConfig
     dtype: torch.dtype
@@ -81,6 +93,50 @@ class KernelSpec:
         d = {torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
         return f"flydsl_dense_gemm_{d}_{self.layout}_{self.cfg.key()}_b{int(self.has_bias)}"
 
+    # "K-contiguous" per operand, in the (rows, K) view the MMA uses: A is (M, K), B is (N, K).
+    @property
+    def a_k_contig(self) -> bool:
+        return self.a_major == "row"
+
+    @property
+    def b_k_contig(self) -> bool:
+        return self.b_major == "col"
+
+    @property
+    def a_iters(self) -> int:
+        """16-byte DMA instructions per thread per A tile."""
+        return self.cfg.block_m * self.cfg.block_k // VEC // self.cfg.threads
+
+    @property
+    def b_iters(self) -> int:
+        return self.cfg.block_n * self.cfg.block_k // VEC // self.cfg.threads
+
+    @property
+    def loads_per_tile(self) -> int:
+        return self.a_iters + self.b_iters
+
+    @property
+    def rep_m(self) -> int:
+        """MFMA blocks per wave along M."""
+        return self.cfg.block_m // (self.cfg.m_waves * MMA_M)
+
+    @property
+    def c_vectors(self) -> int:
+        """16-byte row vectors of the output tile."""
+        return self.cfg.block_m * self.cfg.block_n // VEC
+
+    @property
+    def c_store_iters(self) -> int:
+        return -(-self.c_vectors // self.cfg.threads)
+
+    def elem_type(self):
+        return fx.Float16 if self.dtype == torch.float16 else fx.BFloat16
+
+
+def _dsl_control_flow(fn):
+    """Let ``fn`` branch and loop on traced values, as code inside a ``@flyc.kernel`` can."""
+    return ASTRewriter.transform(fn)
+
 
 def _swizzle_for(rows_contig: bool, rows: int, block_k: int):
     """(B, M, S) of the XOR swizzle applied to an LDS tile, or None.
@@ -97,6 +153,300 @@ def _swizzle_for(rows_contig: bool, rows: int, block_k: int):
     return None
 
 
+# ---- block order ------------------------------------------------------------------------------
+
+
+def block_order(pid, m, n, block_m: int, block_n: int, group_m: int):
+    """(pid_m, pid_n): the output tile that workgroup ``pid`` computes."""
+    num_pid_m = (m + block_m - 1) // block_m
+    num_pid_n = (n + block_n - 1) // block_n
+    if group_m > 0:
+        # MI350 hands consecutive workgroup ids round-robin to its XCDs, each with its own
+        # L2: give every XCD a contiguous run of ids first (when they divide evenly), so
+        # that the group-M neighbourhood below shares one L2.
+        num_wg = num_pid_m * num_pid_n
+        by_xcd = (pid % NUM_XCDS) * (num_wg // NUM_XCDS) + pid // NUM_XCDS
+        pid = ((num_wg % NUM_XCDS) == 0).select(by_xcd, pid)
+        per_group = num_pid_n * group_m
+        group_id = pid // per_group
+        first_m = group_id * group_m
+        rest_m = num_pid_m - first_m
+        group_rows = (rest_m < group_m).select(rest_m, group_m)
+        in_group = pid % per_group
+        pid_m = first_m + in_group % group_rows
+        pid_n = in_group // group_rows
+    else:
+        pid_m = pid // num_pid_n
+        pid_n = pid % num_pid_n
+    return pid_m, pid_n
+
+
+# ---- LDS and global buffers ---------------------------------------------------------------------
+
+
+def shared_tiles(spec: KernelSpec, elem):
+    """LDS pointers ``(a, b, c)``: ``stages`` A and B tile buffers, and the epilogue's padded
+    C tile, which reuses the A/B stage buffers once the main loop is done."""
+    cfg = spec.cfg
+    S, BM, BN, BK = cfg.stages, cfg.block_m, cfg.block_n, cfg.block_k
+
+    @fx.struct
+    class SharedAB:
+        a: fx.Array[elem, S * BM * BK, 16]
+        b: fx.Array[elem, S * BN * BK, 16]
+
+    @fx.union
+    class Shared:
+        ab: SharedAB
+        c: fx.Array[elem, BM * c_lds_row_stride(BN), 16]
+
+    storage = fx.SharedAllocator().allocate(Shared)
+    return storage.ab.a.peek().ptr, storage.ab.b.peek().ptr, storage.c.peek().ptr
+
+
+def lds_layout(rows: int, block_k: int, k_contig: bool):
+    """(rows, block_k) LDS tile layout: K-contiguous or rows-contiguous, XOR-swizzled."""
+    base = fx.make_ordered_layout((rows, block_k), (1, 0) if k_contig else (0, 1))
+    sw = _swizzle_for(not k_contig, rows, block_k)
+    if sw is None:
+        return base
+    return fx.make_composed_layout(fx.static(fx.SwizzleType.get(*sw)), base)
+
+
+def buffer_of(t):
+    """A buffer view of the 1-D operand ``t`` whose num_records is its exact byte span.
+
+    The buffer unit range-checks every dword of a 16-byte access on its own and zero-fills
+    the ones past num_records without fetching them, so a DMA vector that runs past the
+    operand's last element reads nothing beyond it. The eligibility gate keeps the
+    M/N-contiguous operands' spans whole dwords (a dword straddling the end would be zeroed,
+    losing the last element).
+    """
+    n_bytes = fx.Int64(fx.get_scalar(fx.size(fx.get_layout(t)))) * ELEM_BYTES
+    return rocdl.make_buffer_tensor(t, num_records_bytes=n_bytes)
+
+
+# ---- async global -> LDS ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One input as its DMA sees it, in the (rows, K) view: rows ``row0 ..`` of ``rows``
+    (``row_bound`` = M or N), leading stride ``ld``, staged into ``smem`` with ``layout``."""
+
+    buf: Any
+    smem: Any
+    layout: Any
+    rows: int
+    k_contig: bool
+    iters: int  # DMA instructions per thread per tile
+    row0: Any
+    row_bound: Any
+    ld: Any
+
+
+class TileLoads:
+    """Issues the async DMAs of one K tile of A and B into an LDS stage."""
+
+    def __init__(self, spec: KernelSpec, tid, a: Operand, b: Operand):
+        self.spec, self.tid, self.a, self.b = spec, tid, a, b
+        self.dma = fx.make_copy_atom(rocdl.cdna4.BufferLoadAsyncLDS128b(), 128)
+        # LDS byte offset of this wave's first lane; DMA destinations must be wave-uniform.
+        self.wave_elems = rocdl.readfirstlane(
+            fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE * VEC)
+        )
+        self.unit = fx.make_layout(1, 1)
+
+    def load_tile(self, op: Operand, lds_stage, kt):
+        """DMA one (rows x BK) tile starting at (row0, kt*BK) into an LDS stage buffer."""
+        BK, THREADS, tid, rows = self.spec.cfg.block_k, self.spec.cfg.threads, self.tid, op.rows
+        lds_ptr = lds_stage + fx.Int32(self.wave_elems)
+        k0 = kt * BK
+        for i in range_constexpr(op.iters):
+            vid = i * THREADS + tid
+            if op.k_contig:
+                # Unswizzled coordinate of this lane's LDS slot, then the swizzled offset =
+                # the logical element that lives at that slot.
+                slot_r = vid // (BK // VEC)
+                slot_c = vid % (BK // VEC) * VEC
+                logical = fx.get_scalar(fx.crd2idx((slot_r, slot_c), op.layout))
+                r = logical // BK
+                c = logical % BK
+                g_row = op.row0 + r
+                g_row = (g_row < op.row_bound).select(g_row, 0)
+                offset = g_row * op.ld + (k0 + c)
+            else:
+                slot_r = vid % (rows // VEC) * VEC
+                slot_c = vid // (rows // VEC)
+                logical = fx.get_scalar(fx.crd2idx((slot_r, slot_c), op.layout))
+                r = logical % rows
+                c = logical // rows
+                g_row = op.row0 + r
+                g_row = (g_row < op.row_bound).select(g_row, 0)
+                offset = (k0 + c) * op.ld + g_row
+            src = fx.make_view(fx.get_iter(op.buf) + offset, self.unit)
+            dst = fx.make_view(lds_ptr + i * THREADS * VEC, self.unit)
+            fx.copy_atom_call(self.dma, src, dst)
+
+    def load_stage(self, kt, stage):
+        """K tile ``kt`` of A and B into LDS stage ``stage``."""
+        cfg = self.spec.cfg
+        self.load_tile(self.a, self.a.smem + stage * (cfg.block_m * cfg.block_k), kt)
+        self.load_tile(self.b, self.b.smem + stage * (cfg.block_n * cfg.block_k), kt)
+
+
+# ---- MMA and LDS -> register copies -------------------------------------------------------------
+
+
+class Mma:
+    """The MFMA tiling of the workgroup's output tile, its LDS -> register copies and the fp32
+    accumulator fragment (zeroed)."""
+
+    def __init__(self, spec: KernelSpec, tid, elem, a: Operand, b: Operand, out_buf):
+        cfg = spec.cfg
+        BM, BN = cfg.block_m, cfg.block_n
+        self.spec, self.a, self.b = spec, a, b
+        mma_atom = fx.make_mma_atom(rocdl.MFMA(MMA_M, MMA_N, MMA_K, elem))
+        self.tiled_mma = fx.make_tiled_mma(
+            mma_atom, fx.make_layout((cfg.m_waves, cfg.n_waves, 1), (cfg.n_waves, 1, 0))
+        )
+        self.thr_mma = self.tiled_mma.thr_slice(tid)
+        read_k = fx.make_copy_atom(fx.UniversalCopy128b(), elem)
+        read_tr = fx.make_copy_atom(rocdl.cdna4.LDSReadTrans16_64b(), elem)
+        self.a_read = read_k if a.k_contig else read_tr
+        self.b_read = read_k if b.k_contig else read_tr
+        self.thr_copy_a = fx.make_tiled_copy_A(self.a_read, self.tiled_mma).get_slice(tid)
+        self.thr_copy_b = fx.make_tiled_copy_B(self.b_read, self.tiled_mma).get_slice(tid)
+
+        self.frag_a = self.thr_mma.make_fragment_A(fx.make_view(a.smem, a.layout))
+        self.frag_b = self.thr_mma.make_fragment_B(fx.make_view(b.smem, b.layout))
+        self.frag_a_dst = self.thr_copy_a.retile(self.frag_a)
+        self.frag_b_dst = self.thr_copy_b.retile(self.frag_b)
+        # Row and column of every accumulator element, for the epilogue.
+        self.c_rows = fx.make_view(0, fx.make_layout((BM, BN), (1, 0)))
+        self.c_cols = fx.make_view(0, fx.make_layout((BM, BN), (0, 1)))
+        # make_fragment_C only reads the shape of its argument; any (BM, BN) memref will do.
+        self.acc = self.thr_mma.make_fragment_C(
+            fx.make_view(fx.get_iter(out_buf), fx.make_layout((BM, BN), (1, BM)))
+        )
+        self.acc.fill(0.0)
+
+    def compute_stage(self, stage):
+        """acc += the A/B tiles in LDS stage ``stage``."""
+        cfg = self.spec.cfg
+        BM, BN, BK = cfg.block_m, cfg.block_n, cfg.block_k
+        s_a = self.thr_copy_a.partition_S(fx.make_view(self.a.smem + stage * (BM * BK), self.a.layout))
+        s_b = self.thr_copy_b.partition_S(fx.make_view(self.b.smem + stage * (BN * BK), self.b.layout))
+        for kk in range_constexpr(BK // MMA_K):
+            fx.copy(self.a_read, s_a[None, None, kk], self.frag_a_dst[None, None, kk])
+            fx.copy(self.b_read, s_b[None, None, kk], self.frag_b_dst[None, None, kk])
+            fx.gemm(self.tiled_mma, self.acc, self.frag_a[None, None, kk], self.frag_b[None, None, kk], self.acc)
+
+
+# ---- software pipeline --------------------------------------------------------------------------
+
+
+@_dsl_control_flow
+def main_loop(spec: KernelSpec, loads: TileLoads, mma: Mma, k_tiles):
+    """All K tiles through ``stages`` LDS buffers: ``stages - 1`` tiles in flight ahead of the
+    MFMAs, one barrier per tile. Returns with every DMA retired."""
+    S = spec.cfg.stages
+    # Plain functions: the control-flow rewriter would carry an object whose method is called
+    # in a loop or branch as loop/branch state.
+    load_stage, compute_stage = loads.load_stage, mma.compute_stage
+    # Prologue: tiles 0..S-2 into stages 0..S-2 (only those that exist). In iteration kt
+    # the DMA for tile kt+S-1 goes into stage (kt+S-1) % S, which held tile kt-1 and is
+    # free after the barrier; past the last tile nothing is fetched.
+    for s in range_constexpr(S - 1):
+        if const_expr(s == 0):
+            load_stage(0, 0)  # K >= block_k: tile 0 always exists
+        else:
+            if s < k_tiles:
+                load_stage(s, s)
+    for kt in range(k_tiles):
+        # Tile kt has landed once at most the DMAs of the younger tiles in flight remain
+        # outstanding. Away from the end that is S-2 full tiles; near the end fewer were
+        # issued, so wait for everything (a wait for "S-2 tiles" would not cover kt).
+        if const_expr(S > 2):
+            if kt + (S - 2) < k_tiles:
+                rocdl.s_waitcnt(vmcnt=(S - 2) * spec.loads_per_tile)
+            else:
+                rocdl.s_waitcnt(vmcnt=0)
+        else:
+            rocdl.s_waitcnt(vmcnt=0)
+        # Everyone's DMA for tile kt is visible, and everyone finished reading the stage
+        # that the next DMA overwrites (it held tile kt-1).
+        gpu.barrier()
+        nxt = kt + (S - 1)
+        if nxt < k_tiles:
+            load_stage(nxt, nxt % S)
+        compute_stage(kt % S)
+    rocdl.s_waitcnt(vmcnt=0)
+
+
+# ---- epilogue -----------------------------------------------------------------------------------
+
+
+def stage_c_tile(spec: KernelSpec, mma: Mma, smem_c, elem, n0, n, alpha, beta, bias_buf):
+    """Each lane rounds ``alpha * acc + beta * bias`` once (fp32 math) into the C tile in LDS.
+
+    The accumulator fragment is ((4, 1), rep_m, rep_n), colexicographic: 4 consecutive rows of
+    one column per MFMA block, then M repeats, then N repeats, so a lane's column depends only
+    on the N repeat and bias is loaded once per repeat.
+    """
+    cfg = spec.cfg
+    gpu.barrier()  # every wave is done reading the A/B stages that the C tile overwrites
+    rows = mma.thr_mma.partition_C(mma.c_rows)
+    cols = mma.thr_mma.partition_C(mma.c_cols)
+    s_c = fx.make_view(smem_c, fx.make_layout((cfg.block_m, cfg.block_n), (c_lds_row_stride(cfg.block_n), 1)))
+    per_n_rep = 4 * spec.rep_m
+    bias_by_rep = {}
+    acc = mma.acc
+    for i in range_constexpr(fx.size(acc.shape).unpack()):
+        r = fx.get_scalar(rows[i])
+        c = fx.get_scalar(cols[i])
+        val = acc[i] * alpha
+        if spec.has_bias:
+            rep = i // per_n_rep
+            if rep not in bias_by_rep:
+                col = n0 + c
+                safe_col = (col < n).select(col, 0)
+                bias_by_rep[rep] = bias_buf[safe_col].to(fx.Float32) * beta
+            val = val + bias_by_rep[rep]
+        s_c[r, c] = val.to(elem)
+    gpu.barrier()
+
+
+@_dsl_control_flow
+def store_c_tile(spec: KernelSpec, smem_c, elem, out_buf, tid, m0, n0, m, n, ldc):
+    """Threads re-read the C tile as 16-byte row vectors and store them to global memory:
+    whole vectors where the row is in range, all 8 columns are < N and ldc keeps them 16-byte
+    aligned; element by element (masked col < N) otherwise. Nothing outside out[:M, :N]."""
+    BN, THREADS = spec.cfg.block_n, spec.cfg.threads
+    C_VECTORS, C_LDS_STRIDE = spec.c_vectors, c_lds_row_stride(BN)
+    out_iter = fx.get_iter(out_buf)
+    vec_aligned = (ldc % VEC) == 0
+    for it in range_constexpr(spec.c_store_iters):
+        vid = it * THREADS + tid
+        r = vid // (BN // VEC)
+        c = vid % (BN // VEC) * VEC
+        g_row = m0 + r
+        g_col = n0 + c
+        in_tile = (vid < C_VECTORS) if const_expr(C_VECTORS % THREADS) else True
+        if in_tile and g_row < m:
+            vals = fx.ptr_load(smem_c + (r * C_LDS_STRIDE + c), result_type=fx.Vector.make_type(VEC, elem))
+            g_off = g_row * ldc + g_col
+            if vec_aligned and g_col + VEC <= n:
+                fx.ptr_store(vals, out_iter + g_off)
+            else:
+                for j in range_constexpr(VEC):
+                    if g_col + j < n:
+                        fx.ptr_store(vals[j], out_iter + (g_off + j))
+
+
+# ---- the kernel ---------------------------------------------------------------------------------
+
+
 @functools.lru_cache(maxsize=None)
 def build(spec: KernelSpec):
     """The ``@flyc.jit`` launcher for ``spec``.
@@ -106,38 +456,9 @@ def build(spec: KernelSpec):
     element (see ``launcher.flat_operand``), ints for sizes/strides (elements) and floats for
     alpha/beta. Grid ``(ceil(M/block_m) * ceil(N/block_n), 1, 1)``, block ``(threads, 1, 1)``.
     """
-    import flydsl.compiler as flyc
-    import flydsl.expr as fx
-    from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
-
     cfg = spec.cfg
     BM, BN, BK = cfg.block_m, cfg.block_n, cfg.block_k
-    S = cfg.stages
     THREADS = cfg.threads
-    GROUP_M = cfg.group_m
-    HAS_BIAS = spec.has_bias
-    # "K-contiguous" per operand, in the (rows, K) view the MMA uses: A is (M, K), B is (N, K).
-    A_K_CONTIG = spec.a_major == "row"
-    B_K_CONTIG = spec.b_major == "col"
-    A_ITERS = BM * BK // VEC // THREADS  # DMA instructions per thread per A tile
-    B_ITERS = BN * BK // VEC // THREADS
-    LOADS_PER_TILE = A_ITERS + B_ITERS
-    ELEM_IS_F16 = spec.dtype == torch.float16
-    REP_M = BM // (cfg.m_waves * MMA_M)  # MFMA blocks per wave along M
-    C_LDS_STRIDE = c_lds_row_stride(BN)
-    C_VECTORS = BM * BN // VEC  # 16-byte row vectors of the output tile
-    C_STORE_ITERS = -(-C_VECTORS // THREADS)
-
-    def elem_type():
-        return fx.Float16 if ELEM_IS_F16 else fx.BFloat16
-
-    def lds_layout(rows, k_contig):
-        """(rows, BK) LDS tile layout: K-contiguous or rows-contiguous, XOR-swizzled."""
-        base = fx.make_ordered_layout((rows, BK), (1, 0) if k_contig else (0, 1))
-        sw = _swizzle_for(not k_contig, rows, BK)
-        if sw is None:
-            return base
-        return fx.make_composed_layout(fx.static(fx.SwizzleType.get(*sw)), base)
 
     @flyc.kernel(name=spec.name, known_block_size=[THREADS, 1, 1])
     def dense_gemm_kernel(
@@ -154,223 +475,30 @@ def build(spec: KernelSpec):
         alpha: fx.Float32,
         beta: fx.Float32,
     ):
-        elem = elem_type()
+        elem = spec.elem_type()
         tid = fx.thread_idx.x
-        pid = fx.block_idx.x
-
-        # ---- block order -------------------------------------------------------------
-        num_pid_m = (m + BM - 1) // BM
-        num_pid_n = (n + BN - 1) // BN
-        if const_expr(GROUP_M > 0):
-            # MI350 hands consecutive workgroup ids round-robin to its XCDs, each with its own
-            # L2: give every XCD a contiguous run of ids first (when they divide evenly), so
-            # that the group-M neighbourhood below shares one L2.
-            num_wg = num_pid_m * num_pid_n
-            by_xcd = (pid % NUM_XCDS) * (num_wg // NUM_XCDS) + pid // NUM_XCDS
-            pid = ((num_wg % NUM_XCDS) == 0).select(by_xcd, pid)
-            per_group = num_pid_n * GROUP_M
-            group_id = pid // per_group
-            first_m = group_id * GROUP_M
-            rest_m = num_pid_m - first_m
-            group_rows = (rest_m < GROUP_M).select(rest_m, GROUP_M)
-            in_group = pid % per_group
-            pid_m = first_m + in_group % group_rows
-            pid_n = in_group // group_rows
-        else:
-            pid_m = pid // num_pid_n
-            pid_n = pid % num_pid_n
+        pid_m, pid_n = block_order(fx.block_idx.x, m, n, BM, BN, cfg.group_m)
         m0 = pid_m * BM
         n0 = pid_n * BN
         k_tiles = k // BK
 
-        # ---- LDS ---------------------------------------------------------------------
-        @fx.struct
-        class SharedAB:
-            a: fx.Array[elem, S * BM * BK, 16]
-            b: fx.Array[elem, S * BN * BK, 16]
-
-        # The epilogue's C tile reuses the A/B stage buffers once the main loop is done.
-        @fx.union
-        class Shared:
-            ab: SharedAB
-            c: fx.Array[elem, BM * C_LDS_STRIDE, 16]
-
-        storage = fx.SharedAllocator().allocate(Shared)
-        smem_a = storage.ab.a.peek().ptr
-        smem_b = storage.ab.b.peek().ptr
-        smem_c = storage.c.peek().ptr
-        a_layout = lds_layout(BM, A_K_CONTIG)
-        b_layout = lds_layout(BN, B_K_CONTIG)
-
-        # ---- global buffers (num_records = the operand's exact byte span) -------------
-        def buffer_of(t):
-            # The buffer unit range-checks every dword of a 16-byte access on its own and
-            # zero-fills the ones past num_records without fetching them, so a DMA vector that
-            # runs past the operand's last element reads nothing beyond it. The eligibility
-            # gate keeps the M/N-contiguous operands' spans whole dwords (a dword straddling
-            # the end would be zeroed, losing the last element).
-            n_bytes = fx.Int64(fx.get_scalar(fx.size(fx.get_layout(t)))) * ELEM_BYTES
-            return rocdl.make_buffer_tensor(t, num_records_bytes=n_bytes)
-
+        smem_a, smem_b, smem_c = shared_tiles(spec, elem)
+        a_layout = lds_layout(BM, BK, spec.a_k_contig)
+        b_layout = lds_layout(BN, BK, spec.b_k_contig)
         a_buf = buffer_of(a)
         b_buf = buffer_of(b)
         out_buf = buffer_of(out)
-        if const_expr(HAS_BIAS):
+        bias_buf = None
+        if const_expr(spec.has_bias):
             bias_buf = buffer_of(bias)
 
-        # ---- async global -> LDS ------------------------------------------------------
-        dma = fx.make_copy_atom(rocdl.cdna4.BufferLoadAsyncLDS128b(), 128)
-        # LDS byte offset of this wave's first lane; DMA destinations must be wave-uniform.
-        wave_elems = rocdl.readfirstlane(
-            fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE * VEC)
-        )
-        unit = fx.make_layout(1, 1)
-
-        def load_tile(src_buf, lds_stage, layout, rows, k_contig, iters, row0, row_bound, ld, kt):
-            """DMA one (rows x BK) tile starting at (row0, kt*BK) into an LDS stage buffer."""
-            lds_ptr = lds_stage + fx.Int32(wave_elems)
-            k0 = kt * BK
-            for i in range_constexpr(iters):
-                vid = i * THREADS + tid
-                if const_expr(k_contig):
-                    # Unswizzled coordinate of this lane's LDS slot, then the swizzled offset =
-                    # the logical element that lives at that slot.
-                    slot_r = vid // (BK // VEC)
-                    slot_c = vid % (BK // VEC) * VEC
-                    logical = fx.get_scalar(fx.crd2idx((slot_r, slot_c), layout))
-                    r = logical // BK
-                    c = logical % BK
-                    g_row = row0 + r
-                    g_row = (g_row < row_bound).select(g_row, 0)
-                    offset = g_row * ld + (k0 + c)
-                else:
-                    slot_r = vid % (rows // VEC) * VEC
-                    slot_c = vid // (rows // VEC)
-                    logical = fx.get_scalar(fx.crd2idx((slot_r, slot_c), layout))
-                    r = logical % rows
-                    c = logical // rows
-                    g_row = row0 + r
-                    g_row = (g_row < row_bound).select(g_row, 0)
-                    offset = (k0 + c) * ld + g_row
-                src = fx.make_view(fx.get_iter(src_buf) + offset, unit)
-                dst = fx.make_view(lds_ptr + i * THREADS * VEC, unit)
-                fx.copy_atom_call(dma, src, dst)
-
-        def load_stage(kt, stage):
-            load_tile(a_buf, smem_a + stage * (BM * BK), a_layout, BM, A_K_CONTIG, A_ITERS,
-                      m0, m, lda, kt)
-            load_tile(b_buf, smem_b + stage * (BN * BK), b_layout, BN, B_K_CONTIG, B_ITERS,
-                      n0, n, ldb, kt)
-
-        # ---- MMA and LDS -> register copies ------------------------------------------
-        mma_atom = fx.make_mma_atom(rocdl.MFMA(MMA_M, MMA_N, MMA_K, elem))
-        tiled_mma = fx.make_tiled_mma(
-            mma_atom, fx.make_layout((cfg.m_waves, cfg.n_waves, 1), (cfg.n_waves, 1, 0))
-        )
-        thr_mma = tiled_mma.thr_slice(tid)
-        read_k = fx.make_copy_atom(fx.UniversalCopy128b(), elem)
-        read_tr = fx.make_copy_atom(rocdl.cdna4.LDSReadTrans16_64b(), elem)
-        a_read = read_k if const_expr(A_K_CONTIG) else read_tr
-        b_read = read_k if const_expr(B_K_CONTIG) else read_tr
-        thr_copy_a = fx.make_tiled_copy_A(a_read, tiled_mma).get_slice(tid)
-        thr_copy_b = fx.make_tiled_copy_B(b_read, tiled_mma).get_slice(tid)
-
-        frag_a = thr_mma.make_fragment_A(fx.make_view(smem_a, a_layout))
-        frag_b = thr_mma.make_fragment_B(fx.make_view(smem_b, b_layout))
-        frag_a_dst = thr_copy_a.retile(frag_a)
-        frag_b_dst = thr_copy_b.retile(frag_b)
-        c_rows = fx.make_view(0, fx.make_layout((BM, BN), (1, 0)))
-        c_cols = fx.make_view(0, fx.make_layout((BM, BN), (0, 1)))
-        # make_fragment_C only reads the shape of its argument; any (BM, BN) memref will do.
-        acc = thr_mma.make_fragment_C(
-            fx.make_view(fx.get_iter(out_buf), fx.make_layout((BM, BN), (1, BM)))
-        )
-        acc.fill(0.0)
-
-        def compute_stage(stage):
-            s_a = thr_copy_a.partition_S(fx.make_view(smem_a + stage * (BM * BK), a_layout))
-            s_b = thr_copy_b.partition_S(fx.make_view(smem_b + stage * (BN * BK), b_layout))
-            for kk in range_constexpr(BK // MMA_K):
-                fx.copy(a_read, s_a[None, None, kk], frag_a_dst[None, None, kk])
-                fx.copy(b_read, s_b[None, None, kk], frag_b_dst[None, None, kk])
-                fx.gemm(tiled_mma, acc, frag_a[None, None, kk], frag_b[None, None, kk], acc)
-
-        # ---- software pipeline -------------------------------------------------------
-        # Prologue: tiles 0..S-2 into stages 0..S-2 (only those that exist). In iteration kt
-        # the DMA for tile kt+S-1 goes into stage (kt+S-1) % S, which held tile kt-1 and is
-        # free after the barrier; past the last tile nothing is fetched.
-        for s in range_constexpr(S - 1):
-            if const_expr(s == 0):
-                load_stage(0, 0)  # K >= block_k: tile 0 always exists
-            else:
-                if s < k_tiles:
-                    load_stage(s, s)
-        for kt in range(k_tiles):
-            # Tile kt has landed once at most the DMAs of the younger tiles in flight remain
-            # outstanding. Away from the end that is S-2 full tiles; near the end fewer were
-            # issued, so wait for everything (a wait for "S-2 tiles" would not cover kt).
-            if const_expr(S > 2):
-                if kt + (S - 2) < k_tiles:
-                    rocdl.s_waitcnt(vmcnt=(S - 2) * LOADS_PER_TILE)
-                else:
-                    rocdl.s_waitcnt(vmcnt=0)
-            else:
-                rocdl.s_waitcnt(vmcnt=0)
-            # Everyone's DMA for tile kt is visible, and everyone finished reading the stage
-            # that the next DMA overwrites (it held tile kt-1).
-            gpu.barrier()
-            nxt = kt + (S - 1)
-            if nxt < k_tiles:
-                load_stage(nxt, nxt % S)
-            compute_stage(kt % S)
-        rocdl.s_waitcnt(vmcnt=0)
-
-        # ---- epilogue ----------------------------------------------------------------
-        # 1. Each lane rounds alpha * acc + beta * bias once (fp32 math) and writes it to a C
-        #    tile in LDS. The accumulator fragment is ((4, 1), rep_m, rep_n), colexicographic:
-        #    4 consecutive rows of one column per MFMA block, then M repeats, then N repeats,
-        #    so a lane's column depends only on the N repeat and bias is loaded once per repeat.
-        # 2. Threads re-read the tile as 16-byte row vectors and store them to global memory:
-        #    whole vectors where the row is in range, all 8 columns are < N and ldc keeps them
-        #    16-byte aligned; element by element (masked col < N) otherwise.
-        gpu.barrier()  # every wave is done reading the A/B stages that the C tile overwrites
-        rows = thr_mma.partition_C(c_rows)
-        cols = thr_mma.partition_C(c_cols)
-        s_c = fx.make_view(smem_c, fx.make_layout((BM, BN), (C_LDS_STRIDE, 1)))
-        per_n_rep = 4 * REP_M
-        bias_by_rep = {}
-        for i in range_constexpr(fx.size(acc.shape).unpack()):
-            r = fx.get_scalar(rows[i])
-            c = fx.get_scalar(cols[i])
-            val = acc[i] * alpha
-            if const_expr(HAS_BIAS):
-                rep = i // per_n_rep
-                if const_expr(rep not in bias_by_rep):
-                    col = n0 + c
-                    safe_col = (col < n).select(col, 0)
-                    bias_by_rep[rep] = bias_buf[safe_col].to(fx.Float32) * beta
-                val = val + bias_by_rep[rep]
-            s_c[r, c] = val.to(elem)
-        gpu.barrier()
-
-        out_iter = fx.get_iter(out_buf)
-        vec_aligned = (ldc % VEC) == 0
-        for it in range_constexpr(C_STORE_ITERS):
-            vid = it * THREADS + tid
-            r = vid // (BN // VEC)
-            c = vid % (BN // VEC) * VEC
-            g_row = m0 + r
-            g_col = n0 + c
-            in_tile = (vid < C_VECTORS) if const_expr(C_VECTORS % THREADS) else True
-            if in_tile and g_row < m:
-                vals = fx.ptr_load(smem_c + (r * C_LDS_STRIDE + c), result_type=fx.Vector.make_type(VEC, elem))
-                g_off = g_row * ldc + g_col
-                if vec_aligned and g_col + VEC <= n:
-                    fx.ptr_store(vals, out_iter + g_off)
-                else:
-                    for j in range_constexpr(VEC):
-                        if g_col + j < n:
-                            fx.ptr_store(vals[j], out_iter + (g_off + j))
+        op_a = Operand(a_buf, smem_a, a_layout, BM, spec.a_k_contig, spec.a_iters, m0, m, lda)
+        op_b = Operand(b_buf, smem_b, b_layout, BN, spec.b_k_contig, spec.b_iters, n0, n, ldb)
+        loads = TileLoads(spec, tid, op_a, op_b)
+        mma = Mma(spec, tid, elem, op_a, op_b, out_buf)
+        main_loop(spec, loads, mma, k_tiles)
+        stage_c_tile(spec, mma, smem_c, elem, n0, n, alpha, beta, bias_buf)
+        store_c_tile(spec, smem_c, elem, out_buf, tid, m0, n0, m, n, ldc)
 
     @flyc.jit
     def launch(
