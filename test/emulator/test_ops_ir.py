@@ -11,7 +11,7 @@ import torch
 
 from irkit import TR16_ROUNDTRIP, kinds, run
 
-from torch_flydsl.emulator import UnsupportedOp
+from torch_flydsl.emulator import EmulatorError, UnsupportedOp
 from torch_flydsl.emulator.checker import (
     ASYNC_READ_BEFORE_WAIT,
     GLOBAL_OOB,
@@ -126,6 +126,71 @@ def test_partial_wave_lanes_beyond_block_do_not_store():
     out = torch.full((64,), -1, dtype=torch.int32)
     run("%out: !llvm.ptr<1>", STORE_I32.format(v="%tid"), [out], block=40)
     assert out.tolist() == list(range(40)) + [-1] * 24
+
+
+def test_divergent_if_around_a_barrier_merges_per_lane_and_still_synchronizes():
+    # Wave 0 takes the then-branch, wave 1 the else-branch; each writes LDS, waits at the
+    # barrier inside its branch and reads the other wave's value (the generator path of scf.if).
+    out = torch.zeros(128, dtype=torch.int32)
+    body = LDS_STORE_TID + """
+      %c64i = arith.constant 64 : i32
+      %w0 = arith.cmpi slt, %tid, %c64i : i32
+      %r = scf.if %w0 -> (i32) {
+        gpu.barrier
+        %a = arith.addi %tid, %c64i : i32
+        scf.yield %a : i32
+      } else {
+        gpu.barrier
+        %b = arith.subi %tid, %c64i : i32
+        scf.yield %b : i32
+      }
+      %pr = llvm.getelementptr %lds[%r] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i32
+      %v = llvm.load %pr : !llvm.ptr<3> -> i32
+""" + STORE_I32.format(v="%v")
+    rep = run("%out: !llvm.ptr<1>", body, [out], block=128, lds_bytes=512)
+    assert rep.findings == []
+    assert out.tolist() == [(t + 64) % 128 for t in range(128)]
+
+
+def test_uniform_loop_around_a_barrier_carries_values():
+    out = torch.zeros(128, dtype=torch.int32)
+    body = """
+      %c0 = arith.constant 0 : i32
+      %c1 = arith.constant 1 : i32
+      %c4 = arith.constant 4 : i32
+      %s = scf.for %i = %c0 to %c4 step %c1 iter_args(%acc = %tid) -> (i32) : i32 {
+        gpu.barrier
+        %n = arith.addi %acc, %i : i32
+        scf.yield %n : i32
+      }
+""" + STORE_I32.format(v="%s")
+    rep = run("%out: !llvm.ptr<1>", body, [out], block=128)
+    assert rep.findings == [] and out.tolist() == [t + 6 for t in range(128)]
+
+
+def test_lane_varying_loop_around_a_barrier_is_refused():
+    body = """
+      %c0 = arith.constant 0 : i32
+      %c1 = arith.constant 1 : i32
+      scf.for %i = %c0 to %tid step %c1 : i32 {
+        gpu.barrier
+      }
+"""
+    with pytest.raises(EmulatorError, match="lane-varying bounds around a barrier"):
+        run("", body, [])
+
+
+def test_execute_region_returns_its_values():
+    out = torch.zeros(64, dtype=torch.int32)
+    body = """
+      %r = scf.execute_region -> i32 {
+        %c3 = arith.constant 3 : i32
+        %x = arith.muli %tid, %c3 : i32
+        scf.yield %x : i32
+      }
+""" + STORE_I32.format(v="%r")
+    run("%out: !llvm.ptr<1>", body, [out])
+    assert out.tolist() == [3 * t for t in range(64)]
 
 
 # ---- global memory and buffer resources -------------------------------------------------------

@@ -160,59 +160,40 @@ class Translator:
 # --------------------------------------------------------------------------------------------
 
 
+def _drive(gen):
+    """Run a generator that cannot yield (its regions hold no barrier) to its return value."""
+    try:
+        next(gen)
+    except StopIteration as done:
+        return done.value
+    raise EmulatorError("internal: a barrier-free region suspended")
+
+
+def _step(body_gen, may_yield: bool):
+    """One step from a generator body: the generator itself when the op may suspend, else a
+    plain function that drives it (regions then run as plain calls inside it)."""
+    if may_yield:
+        return Gen(body_gen)
+    return lambda W: _drive(body_gen(W))
+
+
 @register("scf.if")
 def _scf_if(n: Node, T: Translator):
     cid = n.operands[0]
     then_b = T.compile_block(n.regions[0][0])
     else_b = T.compile_block(n.regions[1][0]) if len(n.regions) > 1 and n.regions[1] else None
     res = list(n.results)
-    may_yield = then_b.may_yield or (else_b is not None and else_b.may_yield)
+    tgen = then_b.as_gen()
+    egen = else_b.as_gen() if else_b is not None else None
 
     def assign(W, vals):
         e = W.env
         for r, v in zip(res, vals):
             e[r] = v
 
-    if not may_yield:
-        trun = then_b.run
-        erun = else_b.run if else_b is not None else None
-
-        def f(W):
-            c = W.env[cid]
-            if c.shape[0] == 1:  # uniform branch
-                if c[0]:
-                    assign(W, trun(W))
-                elif erun is not None:
-                    assign(W, erun(W))
-                return
-            saved = W.mask
-            mt = saved & c
-            me = saved & ~c
-            tv = ev = None
-            try:
-                if mt.any():
-                    W.mask = mt
-                    tv = trun(W)
-                if erun is not None and me.any():
-                    W.mask = me
-                    ev = erun(W)
-            finally:
-                W.mask = saved
-            if res:
-                if tv is None:
-                    tv = ev
-                if ev is None:
-                    ev = tv
-                assign(W, [merge(c, a, b) for a, b in zip(tv, ev)])
-
-        return f
-
-    tgen = then_b.as_gen()
-    egen = else_b.as_gen() if else_b is not None else None
-
     def g(W):
         c = W.env[cid]
-        if c.shape[0] == 1:
+        if c.shape[0] == 1:  # uniform branch
             if c[0]:
                 assign(W, (yield from tgen(W)))
             elif egen is not None:
@@ -238,7 +219,7 @@ def _scf_if(n: Node, T: Translator):
                 ev = tv
             assign(W, [merge(c, a, b) for a, b in zip(tv, ev)])
 
-    return Gen(g)
+    return _step(g, then_b.may_yield or (else_b is not None and else_b.may_yield))
 
 
 @register("scf.for")
@@ -249,49 +230,26 @@ def _scf_for(n: Node, T: Translator):
     iv = n.regions[0][0].args[0]
     iter_args = n.regions[0][0].args[1:]
     res = list(n.results)
-    unsigned = bool(n.attrs.get("unsignedCmp", False))
-
-    def setup(W):
-        e = W.env
-        return e[lb], e[ub], e[step], [e[i] for i in inits]
-
-    if not body.may_yield:
-        run = body.run
-
-        def f(W):
-            l, u, s, carried = setup(W)
-            e = W.env
-            if l.shape[0] == 1 and u.shape[0] == 1 and s.shape[0] == 1:
-                dt = l.dtype
-                for i in range(int(l[0]), int(u[0]), int(s[0])):
-                    e[iv] = np.array([i], dt)
-                    for a, v in zip(iter_args, carried):
-                        e[a] = v
-                    carried = run(W)
-            else:
-                carried = _masked_for(W, l, u, s, carried, iv, iter_args, run)
-            for r, v in zip(res, carried):
-                e[r] = v
-
-        return f
-
-    gen = body.gen
+    body_gen = body.as_gen()
 
     def g(W):
-        l, u, s, carried = setup(W)
         e = W.env
-        if not (l.shape[0] == 1 and u.shape[0] == 1 and s.shape[0] == 1):
+        l, u, s, carried = e[lb], e[ub], e[step], [e[i] for i in inits]
+        if l.shape[0] == 1 and u.shape[0] == 1 and s.shape[0] == 1:
+            dt = l.dtype
+            for i in range(int(l[0]), int(u[0]), int(s[0])):
+                e[iv] = np.array([i], dt)
+                for a, v in zip(iter_args, carried):
+                    e[a] = v
+                carried = yield from body_gen(W)
+        elif body.may_yield:
             raise EmulatorError(f"scf.for with lane-varying bounds around a barrier at {n.loc}")
-        dt = l.dtype
-        for i in range(int(l[0]), int(u[0]), int(s[0])):
-            e[iv] = np.array([i], dt)
-            for a, v in zip(iter_args, carried):
-                e[a] = v
-            carried = yield from gen(W)
+        else:
+            carried = _masked_for(W, l, u, s, carried, iv, iter_args, body.run)
         for r, v in zip(res, carried):
             e[r] = v
 
-    return Gen(g)
+    return _step(g, body.may_yield)
 
 
 def _masked_for(W, l, u, s, carried, iv, iter_args, run):
@@ -371,17 +329,11 @@ def _scf_exec_region(n: Node, T: Translator):
         raise UnsupportedOp("scf.execute_region", "multiple blocks", n.loc)
     b = T.compile_block(n.regions[0][0])
     res = list(n.results)
-    if b.may_yield:
+    bgen = b.as_gen()
 
-        def g(W):
-            vals = yield from b.gen(W)
-            for r, v in zip(res, vals):
-                W.env[r] = v
-
-        return Gen(g)
-
-    def f(W):
-        for r, v in zip(res, b.run(W)):
+    def g(W):
+        vals = yield from bgen(W)
+        for r, v in zip(res, vals):
             W.env[r] = v
 
-    return f
+    return _step(g, b.may_yield)
