@@ -99,3 +99,14 @@ def test_opcheck_every_custom_op(monkeypatch, name):
     assert set(OPCHECK_CASES) == set(ops.SCHEMAS)  # a new op needs a case here
     args, kwargs = OPCHECK_CASES[name]()
     torch.library.opcheck(ops.op(name), args, kwargs)
+
+
+def test_while_autotuning_times_a_choice_a_fallback_raises_instead(monkeypatch):
+    # Otherwise a config that cannot run would be timed at PyTorch's speed under our name and
+    # could win autotuning (then every call would silently run PyTorch).
+    monkeypatch.delenv("TORCH_FLYDSL_EXECUTOR", raising=False)  # device executor: no gfx950 here
+    a, b, out = operands()
+    with ops.strict(), pytest.raises(ops.KernelNotRun, match="will not launch"):
+        ops.op("dense_mm_out")(a, b, cfg=CFG, out=out)
+    ops.op("dense_mm_out")(a, b, cfg=CFG, out=out)  # outside autotuning: PyTorch's result
+    assert torch.equal(out, torch.mm(a, b))

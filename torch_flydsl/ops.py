@@ -14,14 +14,36 @@ entry point that runs inside ``import torch``, and must also work when a user im
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 NAMESPACE = "torch_flydsl"
 _lib = None
 _warned: set = set()  # (config, reason) pairs already logged: a fallback repeats every call
+_local = threading.local()
+
+
+class KernelNotRun(RuntimeError):
+    """Raised instead of falling back while autotuning benchmarks a FlyDSL choice (``strict``)."""
+
+
+@contextlib.contextmanager
+def strict():
+    """While autotuning times a FlyDSL choice, a fallback to PyTorch would time PyTorch under our
+    name and could win; in this block the op raises instead, so the choice is dropped."""
+    before = getattr(_local, "strict", False)
+    _local.strict = True
+    try:
+        yield
+    finally:
+        _local.strict = before
 
 
 def _fall_back(cfg_key: str, why: str, a, b, out, bias, alpha, beta) -> None:
     from ._log import log
 
+    if getattr(_local, "strict", False):
+        raise KernelNotRun(f"FlyDSL {cfg_key} cannot run these operands here: {why}")
     if (cfg_key, why) not in _warned:
         _warned.add((cfg_key, why))
         log.warning("FlyDSL %s not used for these operands, PyTorch computes them: %s", cfg_key, why)

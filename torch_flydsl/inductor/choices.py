@@ -111,12 +111,16 @@ class FlyDSLChoicesMixin:
 
 def isolate_failures(caller, label: str) -> None:
     """A config that fails to compile or run loses autotuning (infinite time) instead of
-    failing the whole compile; the reason goes to the torch_flydsl logger."""
+    failing the whole compile; the reason goes to the torch_flydsl logger. While it is timed
+    the op may not fall back to PyTorch (``ops.strict``): that would time PyTorch under our name."""
+    from .. import ops
+
     benchmark = caller.benchmark
 
     def guarded_benchmark(*args, **kwargs):
         try:
-            return benchmark(*args, **kwargs)
+            with ops.strict():
+                return benchmark(*args, **kwargs)
         except Exception as e:  # any failure of ours must leave the other choices standing
             log.warning("FlyDSL config %s dropped: %s: %s", label, type(e).__name__, e)
             return float("inf")
