@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("flydsl")
 
-from torch_flydsl.emulator import emulate, run_and_compare  # noqa: E402
+from torch_flydsl.emulator import BaselineTolerance, emulate, run_and_compare  # noqa: E402
 from torch_flydsl.emulator.checker import GLOBAL_OOB, LDS_UNINIT, RACE  # noqa: E402
 
 import kernels_fly as K  # noqa: E402
@@ -84,6 +84,22 @@ def test_planted_write_into_an_input_fails_the_harness():
     rep = _pad_copy(K.PAD_COPY_WRITES_INPUT)
     assert rep.emulation.ok and not rep.ok
     assert any("input 0" in r and "changed" in r for r in rep.reasons), rep
+
+
+def test_baseline_tolerance_scales_with_the_baselines_own_error():
+    n = 1000
+    a, b, c = torch.empty(n), torch.empty(n), torch.empty(n)
+
+    def check(baseline, floor, bug=0):
+        return run_and_compare(K.vadd, (a, b, c, n, bug), lambda: a.double() + b.double(), inputs=[a, b],
+                               outputs=[c], tolerance=BaselineTolerance(baseline, 2.0, floor))
+
+    assert check(lambda: a + b, 0.0).ok  # torch's f32 add rounds exactly as the kernel does
+    exact = check(lambda: a.double() + b.double(), 0.0)  # an error-free baseline leaves the floor
+    assert not exact.ok and exact.outputs[0].baseline_rel_err == 0.0
+    assert check(lambda: a.double() + b.double(), 2.0**-20).ok  # f32 rounding is below it
+    wrong = check(lambda: a + b, 2.0**-16, bug=2)  # the off-by-one index kernel
+    assert not wrong.ok and any("relative error" in r for r in wrong.reasons)
 
 
 def test_block_sum_with_wave_shuffles_and_lds():

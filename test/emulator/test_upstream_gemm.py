@@ -19,8 +19,10 @@ REF = os.environ.get("FLYDSL_REPO_CHECKOUT", "")
 if not os.path.isdir(os.path.join(REF, "kernels", "gemm")):
     pytest.skip("set FLYDSL_REPO_CHECKOUT to a FlyDSL repo checkout to run these", allow_module_level=True)
 
-from torch_flydsl.emulator import run_and_compare  # noqa: E402
+from torch_flydsl.emulator import BaselineTolerance, run_and_compare  # noqa: E402
 from torch_flydsl.emulator.checker import ASYNC_READ_BEFORE_WAIT  # noqa: E402
+
+from dense_cases import ATEN_FACTOR, ERROR_FLOOR  # noqa: E402
 
 pytestmark = pytest.mark.emulator
 
@@ -47,14 +49,21 @@ def _gemm(hti: bool, m=256, n=256, k=256):
     return G.gemm_a16w16_gfx950, args, a, bt, out
 
 
+def aten_contract(a, bt):
+    """The dense accuracy contract (see dense_cases): at most 2x torch.mm's own error."""
+    return BaselineTolerance(lambda: a @ bt.T, ATEN_FACTOR, ERROR_FLOOR)
+
+
 def test_full_tile_kernel_matches_reference_and_is_clean():
     fn, args, a, bt, out = _gemm(False)
-    rep = run_and_compare(fn, args, lambda: a.double() @ bt.double().T, inputs=[a, bt], outputs=[out], tolerance=2.0**-8)
+    rep = run_and_compare(fn, args, lambda: a.double() @ bt.double().T, inputs=[a, bt], outputs=[out],
+                          tolerance=aten_contract(a, bt))
     assert rep.ok, rep
 
 
 def test_hti_kernel_numbers_match_but_async_loads_are_read_before_their_wait():
     fn, args, a, bt, out = _gemm(True)
-    rep = run_and_compare(fn, args, lambda: a.double() @ bt.double().T, inputs=[a, bt], outputs=[out], tolerance=2.0**-8)
+    rep = run_and_compare(fn, args, lambda: a.double() @ bt.double().T, inputs=[a, bt], outputs=[out],
+                          tolerance=aten_contract(a, bt))
     assert {f.kind for f in rep.emulation.errors} == {ASYNC_READ_BEFORE_WAIT}
-    assert all(o.rel_err <= 2.0**-8 and o.unwritten == 0 for o in rep.outputs)
+    assert all(o.rel_err <= o.tolerance and o.unwritten == 0 for o in rep.outputs)

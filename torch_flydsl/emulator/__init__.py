@@ -9,7 +9,7 @@ Not imported by ``import torch_flydsl``; import ``torch_flydsl.emulator`` explic
 
 from .errors import EmulatorError, UnsupportedOp
 
-__all__ = ["emulate", "EmulationReport", "Finding", "EmulatorError", "UnsupportedOp", "run_and_compare", "HarnessReport"]
+__all__ = ["emulate", "EmulationReport", "Finding", "EmulatorError", "UnsupportedOp", "run_and_compare", "HarnessReport", "BaselineTolerance"]
 
 
 def __getattr__(name):  # lazy: importing the package must stay cheap
@@ -25,7 +25,7 @@ def __getattr__(name):  # lazy: importing the package must stay cheap
         from .checker import Finding
 
         return Finding
-    if name in ("run_and_compare", "HarnessReport"):
+    if name in ("run_and_compare", "HarnessReport", "BaselineTolerance"):
         from . import harness
 
         return getattr(harness, name)

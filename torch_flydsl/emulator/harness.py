@@ -4,7 +4,8 @@ emulator and compare against a float64 reference by relative error.
 A run passes when (1) the emulator reports no race / async-wait / out-of-bounds / uninitialized
 LDS finding, (2) no output element is left unwritten (outputs are pre-filled with NaN, or
 with a sentinel for integer outputs), (3) ``max|out - ref| / max|ref|`` over each output
-is within ``tolerance``, and (4) no byte changed outside the logical outputs: every byte of
+is within the tolerance (a fixed number, or ``BaselineTolerance``: a multiple of a trusted
+implementation's own error on the same inputs), and (4) no byte changed outside the logical outputs: every byte of
 every input's storage, and of every output's storage outside the output elements the
 reference defines, is what it was before the launch (a kernel that writes into an output's
 padding, another part of its storage, or an input is wrong even when the numbers match).
@@ -24,6 +25,24 @@ from .memory import element_offsets
 INT_SENTINEL = -0x5A5A5A5A
 
 
+@dataclass(frozen=True)
+class BaselineTolerance:
+    """A tolerance stated against a trusted implementation (e.g. PyTorch's own op in the same
+    dtype) on the same inputs: an output passes when
+
+        max|out - ref| <= factor * max|baseline - ref| + floor * max|ref|
+
+    over the elements the reference defines. ``baseline_fn`` is called after the inputs are
+    randomized and returns tensors shaped like the reference's (``nan`` where undefined)."""
+
+    baseline_fn: Callable[[], Union[torch.Tensor, Sequence[torch.Tensor]]]
+    factor: float = 2.0
+    floor: float = 0.0
+
+    def __str__(self) -> str:
+        return f"{self.factor:g} x baseline error + {self.floor:.1e}"
+
+
 @dataclass
 class OutputCheck:
     index: int
@@ -31,6 +50,8 @@ class OutputCheck:
     max_abs_ref: float
     rel_err: float
     unwritten: int
+    tolerance: float = 0.0  # relative to max_abs_ref
+    baseline_rel_err: Optional[float] = None  # the baseline's own error, with a BaselineTolerance
 
     @property
     def ok_for(self):
@@ -40,7 +61,7 @@ class OutputCheck:
 @dataclass
 class HarnessReport:
     ok: bool
-    tolerance: float
+    tolerance: Union[float, BaselineTolerance]
     outputs: List[OutputCheck] = field(default_factory=list)
     emulation: Optional[EmulationReport] = None
     reasons: List[str] = field(default_factory=list)
@@ -51,7 +72,10 @@ class HarnessReport:
 
     def __str__(self) -> str:
         head = "PASS" if self.ok else "FAIL"
-        lines = [f"{head}: max rel err {self.max_rel_err:.3e} (tolerance {self.tolerance:.1e})"]
+        lines = [f"{head}: max rel err {self.max_rel_err:.3e} (tolerance {self.tolerance})"]
+        for o in self.outputs:
+            base = "" if o.baseline_rel_err is None else f", baseline's {o.baseline_rel_err:.3e}"
+            lines.append(f"  output {o.index}: rel err {o.rel_err:.3e} (allowed {o.tolerance:.3e}{base})")
         lines += [f"  - {r}" for r in self.reasons]
         if self.emulation is not None:
             lines.append(str(self.emulation))
@@ -93,6 +117,19 @@ def _defined(ref: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     if tuple(ref.shape) != tuple(out.shape):
         raise ValueError(f"reference shape {tuple(ref.shape)} differs from output shape {tuple(out.shape)}")
     return ~torch.isnan(ref) if ref.dtype.is_floating_point else torch.ones(out.shape, dtype=torch.bool)
+
+
+def _as_list(x, n: int, what: str) -> list:
+    x = [x] if isinstance(x, torch.Tensor) else list(x)
+    if len(x) != n:
+        raise ValueError(f"{what} returned {len(x)} tensors for {n} outputs")
+    return x
+
+
+def _max_abs_err(got: torch.Tensor, ref: torch.Tensor, care: torch.Tensor) -> float:
+    """max |got - ref| where the reference is defined and ``got`` was written (not nan)."""
+    diff = (got - ref).abs()[care & ~torch.isnan(got)]
+    return float(diff.max()) if diff.numel() else 0.0
 
 
 def _unwritten(t: torch.Tensor) -> int:
@@ -148,7 +185,7 @@ def run_and_compare(
     *,
     inputs: Sequence[torch.Tensor],
     outputs: Sequence[torch.Tensor],
-    tolerance: float,
+    tolerance: Union[float, BaselineTolerance],
     kwargs: Optional[dict] = None,
     seed: int = 0,
     randomize: bool = True,
@@ -166,6 +203,7 @@ def run_and_compare(
     those workgroups run; compare only what they cover by returning ``nan`` from
     ``reference_fn`` elsewhere (those are skipped, and must stay unwritten).
     ``ignore_findings`` lists checker kinds that do not fail the run (they stay in the report).
+    ``tolerance`` bounds ``max|out - ref| / max|ref|`` per output, or is a ``BaselineTolerance``.
     """
     gen = torch.Generator().manual_seed(seed)
     if randomize:
@@ -173,11 +211,10 @@ def run_and_compare(
             fill_random_(t, gen, input_scale)
     for t in outputs:
         poison_(t)
-    expected = reference_fn()
-    if isinstance(expected, torch.Tensor):
-        expected = [expected]
-    if len(expected) != len(outputs):
-        raise ValueError(f"reference_fn returned {len(expected)} tensors for {len(outputs)} outputs")
+    expected = _as_list(reference_fn(), len(outputs), "reference_fn")
+    baselines = [None] * len(outputs)
+    if isinstance(tolerance, BaselineTolerance):
+        baselines = _as_list(tolerance.baseline_fn(), len(outputs), "baseline_fn")
     defined = [_defined(ref, out) for out, ref in zip(outputs, expected)]
     watch = StorageWatch(inputs, outputs, defined)
     emu = emulate(jit_fn, args, kwargs, check=check, tensors=list(inputs) + list(outputs), workgroups=workgroups)
@@ -186,19 +223,24 @@ def run_and_compare(
         if f.kind not in ignore_findings:
             rep.reasons.append(str(f))
     rep.reasons += watch.stray_changes()
-    for i, (out, ref, care) in enumerate(zip(outputs, expected, defined)):
+    for i, (out, ref, care, base) in enumerate(zip(outputs, expected, defined, baselines)):
         ref = ref.detach().to(torch.float64)
         got = out.detach().to(torch.float64)
         unwritten = int(torch.isnan(got[care]).sum()) if out.dtype.is_floating_point else _unwritten(out)
-        diff = (got - ref).abs()[care & ~torch.isnan(got)]
-        max_abs_err = float(diff.max()) if diff.numel() else 0.0
         max_abs_ref = float(ref[care].abs().max()) if care.any() else 0.0
-        rel = max_abs_err / max(max_abs_ref, 1e-30)
-        chk = OutputCheck(i, max_abs_err, max_abs_ref, rel, unwritten)
+        scale = max(max_abs_ref, 1e-30)
+        rel = _max_abs_err(got, ref, care) / scale
+        base_rel = None
+        if base is None:
+            tol = tolerance
+        else:
+            base_rel = _max_abs_err(base.detach().to(torch.float64), ref, care) / scale
+            tol = tolerance.factor * base_rel + tolerance.floor
+        chk = OutputCheck(i, rel * scale, max_abs_ref, rel, unwritten, tol, base_rel)
         rep.outputs.append(chk)
         if unwritten:
             rep.reasons.append(f"output {i}: {unwritten} element(s) never written")
-        if rel > tolerance:
-            rep.reasons.append(f"output {i}: relative error {rel:.3e} exceeds {tolerance:.1e}")
+        if rel > tol:
+            rep.reasons.append(f"output {i}: relative error {rel:.3e} exceeds {tol:.3e}")
     rep.ok = not rep.reasons
     return rep
