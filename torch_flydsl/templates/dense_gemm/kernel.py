@@ -6,28 +6,29 @@ serves every M, N, K (K a multiple of block_k), leading stride and storage offse
 Structure of one workgroup (``m_waves x n_waves`` wave64 waves, one ``block_m x block_n``
 output tile):
 
-* Block order (``block_order``): ``block_idx.x`` is mapped to (pid_m, pid_n), row-major
-  over N, or, when ``group_m > 0``, first spread into one contiguous run per XCD and then
-  grouped by ``group_m`` rows of tiles (L2 reuse of B). test/emulator/
-  test_dense_gemm_block_order.py specifies the order and observes it in the emulator.
-* Global -> LDS (``TileLoads``, pipelined by ``main_loop``): gfx950's async buffer->LDS DMA, 16 bytes per lane per instruction. A DMA
-  writes lane ``l`` of a wave to ``lds_base + 16*l``, so LDS positions are fixed by the thread
-  id; each lane therefore *fetches* the global vector that belongs at its LDS position (the
-  XOR swizzle of the LDS layout is an involution, so this is the same swizzle function).
-  ``stages`` LDS buffers per operand; ``stages - 1`` K tiles are in flight ahead of compute,
-  tracked with ``s_waitcnt vmcnt`` (every thread issues the same number of DMAs per tile, so
-  "at most (stages-2) tiles outstanding" means "this tile landed"; in the last iterations,
-  where nothing more is fetched, the wait drains everything). One barrier per K tile.
-* LDS -> registers (``Mma``): FlyDSL tiled copies matched to the MFMA operand layouts. An operand whose
-  K dimension is contiguous in memory (row-major A, column-major B) sits in LDS K-contiguous
-  and is read with 16-byte ``ds_read_b128``; an operand contiguous along M/N sits in LDS
-  M/N-contiguous and is read with gfx950's transposing ``ds_read_b64_tr_b16``.
+* Block order (``block_order``): ``block_idx.x`` is mapped to (pid_m, pid_n), row-major over
+  N, or, when ``group_m > 0``, first spread into one contiguous run per XCD and then grouped
+  by ``group_m`` rows of tiles (L2 reuse of B). test/emulator/test_dense_gemm_block_order.py
+  specifies the order and observes it in the emulator.
+* Global -> LDS (``TileLoads``, pipelined by ``main_loop``): gfx950's async buffer->LDS DMA,
+  16 bytes per lane per instruction. A DMA writes lane ``l`` of a wave to ``lds_base + 16*l``,
+  so LDS positions are fixed by the thread id; each lane therefore *fetches* the global vector
+  that belongs at its LDS position (the XOR swizzle of the LDS layout is an involution, so
+  this is the same swizzle function). ``stages`` LDS buffers per operand; ``stages - 1`` K
+  tiles are in flight ahead of compute, tracked with ``s_waitcnt vmcnt`` (every thread issues
+  the same number of DMAs per tile, so "at most (stages-2) tiles outstanding" means "this tile
+  landed"; in the last iterations, where nothing more is fetched, the wait drains everything).
+  One barrier per K tile.
+* LDS -> registers (``Mma``): FlyDSL tiled copies matched to the MFMA operand layouts. An
+  operand whose K dimension is contiguous in memory (row-major A, column-major B) sits in LDS
+  K-contiguous and is read with 16-byte ``ds_read_b128``; an operand contiguous along M/N sits
+  in LDS M/N-contiguous and is read with gfx950's transposing ``ds_read_b64_tr_b16``.
 * MFMA ``v_mfma_f32_16x16x32_{bf16,f16}``, fp32 accumulators.
-* Epilogue (``stage_c_tile``, ``store_c_tile``): ``alpha * acc + beta * bias[col]`` in fp32, rounded once to the input dtype and
-  staged through a padded C tile in LDS (aliasing the A/B stages), then written as 16-byte
-  row vectors; rows ``>= M`` are skipped, and a vector that crosses N (or an output whose
-  leading stride is not a multiple of 8 elements) is written element by element with
-  ``col < N`` masks. Nothing outside ``out[:M, :N]`` is ever written.
+* Epilogue (``stage_c_tile``, ``store_c_tile``): ``alpha * acc + beta * bias[col]`` in fp32,
+  rounded once to the input dtype and staged through a padded C tile in LDS (aliasing the A/B
+  stages), then written as 16-byte row vectors; rows ``>= M`` are skipped, and a vector that
+  crosses N (or an output whose leading stride is not a multiple of 8 elements) is written
+  element by element with ``col < N`` masks. Nothing outside ``out[:M, :N]`` is ever written.
 
 Tails: rows of A beyond M and columns of B beyond N are never fetched from outside the
 operand: the row/column index of each DMA vector is clamped to 0 when out of range. The
@@ -340,7 +341,8 @@ class Mma:
         for kk in range_constexpr(BK // MMA_K):
             fx.copy(self.a_read, s_a[None, None, kk], self.frag_a_dst[None, None, kk])
             fx.copy(self.b_read, s_b[None, None, kk], self.frag_b_dst[None, None, kk])
-            fx.gemm(self.tiled_mma, self.acc, self.frag_a[None, None, kk], self.frag_b[None, None, kk], self.acc)
+            fx.gemm(self.tiled_mma, self.acc, self.frag_a[None, None, kk], self.frag_b[None, None, kk],
+                    self.acc)
 
 
 # ---- software pipeline --------------------------------------------------------------------------
