@@ -6,10 +6,9 @@ in-tree backend; on torch 2.15 with flydsl 0.5 it is off; with flydsl 0.3.x it i
 the plugin defers mm and still offers addmm (scripts/test_torch_versions.sh runs both).
 """
 
-import os
-import subprocess
-import sys
 import textwrap
+
+from script_runner import run_script
 
 SCRIPT = textwrap.dedent(
     """
@@ -28,10 +27,8 @@ SCRIPT = textwrap.dedent(
 
 
 def test_mm_is_deferred_only_where_the_in_tree_backend_serves_it_and_addmm_is_always_offered(tmp_path):
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "TORCH_FLYDSL_EXECUTOR": "reference-standin",
-           "TORCH_FLYDSL_LOG": "info", "TORCH_FLYDSL_INTREE_POLICY": "defer"}
-    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0, r.stderr[-4000:]
+    r = run_script(SCRIPT, tmp_path, TORCH_FLYDSL_EXECUTOR="reference-standin", TORCH_FLYDSL_LOG="info",
+                   TORCH_FLYDSL_INTREE_POLICY="defer")
     intree_on = r.stdout.split("INTREE")[-1].strip() == "True"
     offers = [ln for ln in r.stderr.splitlines() if "offering" in ln]
     deferred = [ln for ln in r.stderr.splitlines() if "[coexistence]" in ln]

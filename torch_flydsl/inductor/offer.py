@@ -64,7 +64,7 @@ def inductor_gate() -> Optional[Decline]:
     if not (ic.max_autotune or ic.max_autotune_gemm):
         return Decline("config", "max-autotune is off")
     if getattr(V.graph, "cpp_wrapper", False) or getattr(V.graph, "aot_mode", False):
-        return Decline("config", "cpp_wrapper / AOTInductor codegen is not supported yet")
+        return Decline("codegen", "cpp_wrapper / AOTInductor codegen is not supported yet")
     info = flydsl_info()
     if not info.usable and config.executor() != "reference-standin":  # the stand-in needs no FlyDSL
         return Decline("version", info.reason or "flydsl unusable")

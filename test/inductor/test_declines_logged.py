@@ -1,0 +1,57 @@
+"""What README promises about declines and the log, checked in real compiles (fresh processes,
+reference stand-in executor: plumbing only, the CPU stands for a gfx950)."""
+
+import re
+import textwrap
+
+from script_runner import run_script
+
+COMPILE = textwrap.dedent(
+    """
+    import torch, torch_flydsl
+    import torch._inductor.config as ic
+    from torch._inductor.utils import run_and_get_code
+    torch_flydsl.enable()
+    ic.max_autotune_gemm_backends = "ATEN,FLYDSL"
+    ic.cpp_wrapper = {cpp_wrapper}
+    k = {k}
+    a, b = torch.randn(64, k, dtype=torch.bfloat16), torch.randn(k, 128, dtype=torch.bfloat16)
+    f = torch.compile(lambda a, b: a @ b, mode="max-autotune-no-cudagraphs", dynamic={dynamic})
+    out, code = run_and_get_code(f, a, b)
+    assert torch.allclose(out.float(), (a.float() @ b.float()), rtol=2e-2, atol=2e-2)
+    print("PLUGIN_CALL", "torch_flydsl" in "".join(code))
+    """
+)
+
+
+def compile_mm(tmp_path, k=128, dynamic=False, cpp_wrapper=False):
+    code = COMPILE.format(k=k, dynamic=dynamic, cpp_wrapper=cpp_wrapper)
+    r = run_script(code, tmp_path, TORCH_FLYDSL_EXECUTOR="reference-standin", TORCH_FLYDSL_LOG="info")
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("[torch_flydsl]")]
+    return r.stdout.split("PLUGIN_CALL")[-1].strip() == "True", lines
+
+
+def test_info_log_names_the_node_and_the_configs_offered(tmp_path):
+    _, lines = compile_mm(tmp_path)
+    assert any(re.fullmatch(r"\[torch_flydsl\] INFO mm node \S+: offering 1 FlyDSL config\(s\): m128n128k64_w2x2_s2_g0", ln)
+               for ln in lines), lines
+
+
+def test_a_k_that_fits_no_config_is_declined_at_info(tmp_path):
+    # Regression: K=96 fits no config (K % block_k), and this showed only at DEBUG.
+    used, lines = compile_mm(tmp_path, k=96)
+    assert not used
+    assert any("INFO mm node" in ln and "no FlyDSL choice: none of the 1 FlyDSL config(s) fits" in ln
+               and "K=96 is not a multiple of block_k=64" in ln for ln in lines), lines
+
+
+def test_dynamic_shapes_are_declined_with_a_reason(tmp_path):
+    used, lines = compile_mm(tmp_path, dynamic=True)
+    assert not used
+    assert any("no FlyDSL choice: [shape] dynamic (symbolic) shapes or strides are not supported" in ln for ln in lines), lines
+
+
+def test_cpp_wrapper_is_declined_with_a_reason(tmp_path):
+    used, lines = compile_mm(tmp_path, cpp_wrapper=True)
+    assert not used
+    assert any("cpp_wrapper / AOTInductor codegen is not supported yet" in ln for ln in lines), lines
