@@ -1,0 +1,69 @@
+"""A bad value in any TORCH_FLYDSL_* variable (config.KNOBS): the process runs, the result is
+PyTorch's, and exactly one warning names the variable, repeats the value and says which
+default is used instead; the plugin then behaves as with that default.
+
+model.py compiled cold in a fresh process. Two processes cover the five variables: one with a
+bad TORCH_FLYDSL_EXECUTOR (whose default, ``device``, takes FlyDSL off CPU tensors, so it
+would hide the knobs read later), one with bad values of the four others at once (their
+defaults do not interact). There the op runs the float64 stand-in (``reference-standin``): a
+FlyDSL choice must be planned for the knobs to be read at all, and nothing needs emulating.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import faultkit as fk
+from torch_flydsl.config import KNOBS
+
+# variable -> (bad value, the default as the warning says it)
+BAD = {
+    "TORCH_FLYDSL_DISABLE": ("maybe", "0"),
+    "TORCH_FLYDSL_AUTOTUNE": ("sometimes", "'0'"),
+    "TORCH_FLYDSL_INTREE_POLICY": ("sometimes", "'defer'"),
+    "TORCH_FLYDSL_EXECUTOR": ("gpu", "'device'"),
+    "TORCH_FLYDSL_LOG": ("verbose", "''"),
+}
+ALONE = "TORCH_FLYDSL_EXECUTOR"
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory) -> dict:
+    """The two finished children (run once per session), keyed by variable."""
+
+    def build(base):
+        together = {name: raw for name, (raw, _) in BAD.items() if name != ALONE}
+        many = fk.run_model(base / "many" / "inductor", base / "many",
+                            {"TORCH_FLYDSL_EXECUTOR": "reference-standin", **together}, force_win=True)
+        alone = fk.run_model(base / "alone" / "inductor", base / "alone", {ALONE: BAD[ALONE][0]}, force_win=True)
+        return {"many": fk.run_to_json(many), "alone": fk.run_to_json(alone)}
+
+    done = fk.once(tmp_path_factory, "faults_knobs", build)
+    many, alone = fk.run_from_json(done["many"]), fk.run_from_json(done["alone"])
+    return {name: alone if name == ALONE else many for name in BAD}
+
+
+def test_every_knob_has_a_bad_value_scenario():
+    assert sorted(BAD) == sorted(k.env for k in KNOBS)
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_bad_knob_value_warns_once_naming_the_variable_and_the_default(runs, name):
+    raw, default = BAD[name]
+    r = runs[name].ok()
+    said = r.lines(f"{name}={raw!r}")
+    assert len(said) == 1, r.stderr[-3000:]
+    assert re.search(rf"using the default {re.escape(default)}$", said[0]), said[0]
+
+
+def test_and_the_defaults_are_what_the_plugin_does(runs):
+    many = runs["TORCH_FLYDSL_DISABLE"].ok()
+    assert many.result["plugin"]  # DISABLE default 0: the plugin is on
+    # AUTOTUNE default 0: the one baseline config; INTREE_POLICY default defer: offered,
+    # as there is no in-tree backend in this torch
+    assert many.flydsl_called and f"cfg='{fk.BASELINE_CFG}'" in many.result["calls"][0]
+    assert many.lines("[torch_flydsl]") == []  # LOG default: the logger is not configured
+    alone = runs[ALONE].ok()
+    assert alone.result["plugin"] and not alone.flydsl_called  # EXECUTOR default device: none on CPU
