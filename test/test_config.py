@@ -108,3 +108,15 @@ def test_a_decline_cannot_be_built_without_a_readable_reason(category, reason):
 
     with pytest.raises(ValueError):
         Decline(category, reason)
+
+
+def test_cache_key_reads_knobs_as_parsed(monkeypatch, fresh_warnings):
+    # Spellings that mean the same compile the same code and must hit the same cache entry.
+    monkeypatch.setenv("TORCH_FLYDSL_AUTOTUNE", "1")
+    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "Emulator")
+    key = config.cache_key_knobs()
+    monkeypatch.setenv("TORCH_FLYDSL_AUTOTUNE", " TRUE ")
+    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "emulator")
+    assert config.cache_key_knobs() == key
+    monkeypatch.setenv("TORCH_FLYDSL_AUTOTUNE", "curated")
+    assert config.cache_key_knobs() != key

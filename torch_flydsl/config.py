@@ -30,7 +30,7 @@ def _choice(name: str, allowed: tuple[str, ...], default: str) -> str:
     if not word:
         return default
     if word not in allowed:
-        _bad_value(name, raw, "one of " + ", ".join(allowed), default)
+        _bad_value(name, raw, "one of " + ", ".join(a for a in allowed if a), default or "(unset)")
         return default
     return word
 
@@ -80,9 +80,9 @@ def intree_policy() -> str:
     return _choice("TORCH_FLYDSL_INTREE_POLICY", INTREE_POLICIES, "defer")
 
 
-def autotune_breadth(inductor_search_space: str = "DEFAULT") -> str:
-    """``TORCH_FLYDSL_AUTOTUNE``: a breadth by name, or a boolean (off = baseline, on = curated,
-    or exhaustive under Inductor's EXHAUSTIVE search space)."""
+def _autotune_setting() -> str:
+    """``TORCH_FLYDSL_AUTOTUNE`` parsed: a breadth name, or "on"/"off" (any boolean spelling);
+    a bad value warns once and reads as "off"."""
     name = "TORCH_FLYDSL_AUTOTUNE"
     raw = os.environ.get(name, "")
     word = raw.strip().lower()
@@ -90,8 +90,17 @@ def autotune_breadth(inductor_search_space: str = "DEFAULT") -> str:
         return word
     if word and word not in TRUE_WORDS + FALSE_WORDS:
         _bad_value(name, raw, "0, 1 (or another boolean) or one of " + ", ".join(BREADTHS), "0")
-        return "baseline"
-    if not env_flag(name, False):
+        return "off"
+    return "on" if env_flag(name, False) else "off"
+
+
+def autotune_breadth(inductor_search_space: str = "DEFAULT") -> str:
+    """The search space: a breadth by name, or off = baseline, on = curated (exhaustive under
+    Inductor's EXHAUSTIVE search space)."""
+    setting = _autotune_setting()
+    if setting in BREADTHS:
+        return setting
+    if setting == "off":
         return "baseline"
     return "exhaustive" if inductor_search_space.upper() == "EXHAUSTIVE" else "curated"
 
@@ -102,6 +111,10 @@ def backends_include_flydsl(backends: str) -> bool:
 
 
 def cache_key_knobs() -> tuple[tuple[str, str], ...]:
-    """The knobs that change generated code, as set now: they belong in the FX-graph cache key."""
-    names = ("TORCH_FLYDSL_AUTOTUNE", "TORCH_FLYDSL_EXECUTOR", "TORCH_FLYDSL_INTREE_POLICY")
-    return tuple((n, os.environ.get(n, "").strip().lower()) for n in names)
+    """The knobs that change generated code, as they are read now (parsed: spellings that mean
+    the same, or a bad value that falls back to the default, give the same key)."""
+    return (
+        ("TORCH_FLYDSL_AUTOTUNE", _autotune_setting()),
+        ("TORCH_FLYDSL_EXECUTOR", executor()),
+        ("TORCH_FLYDSL_INTREE_POLICY", intree_policy()),
+    )

@@ -81,7 +81,7 @@ def _run_dense(cfg_key: str, a, b, out, bias, alpha: float, beta: float) -> None
     if why is not None:
         return _fall_back(cfg_key, str(why), a, b, out, bias, alpha, beta)
     try:
-        _execute(executor, cfg, a, b, out, bias, alpha, beta)
+        _execute(executor, cfg, problem, a, b, out, bias, alpha, beta)
     except EmulatorError as e:
         if not isinstance(e.__cause__, CompileError):
             raise  # the emulator found the kernel wrong (race, out of bounds): never hide that
@@ -90,7 +90,8 @@ def _run_dense(cfg_key: str, a, b, out, bias, alpha: float, beta: float) -> None
         _fall_back(cfg_key, f"{type(e).__name__}: {e}", a, b, out, bias, alpha, beta)
 
 
-def _execute(executor: str, cfg, a, b, out, bias, alpha: float, beta: float) -> None:
+def _execute(executor: str, cfg, problem, a, b, out, bias, alpha: float, beta: float) -> None:
+    """Run the checked ``problem`` (the family gate ran once for this call, above)."""
     if executor == "reference-standin":
         # Plumbing tests only (named so in every test that uses it): not a FlyDSL kernel.
         from .templates.dense_gemm.reference import reference
@@ -99,11 +100,11 @@ def _execute(executor: str, cfg, a, b, out, bias, alpha: float, beta: float) -> 
     elif executor == "emulator":
         from .templates.dense_gemm.emulated import run_emulated
 
-        run_emulated(cfg, a, b, out, bias, alpha, beta)
+        run_emulated(cfg, a, b, out, bias, alpha, beta, problem=problem)
     else:
         from .templates.dense_gemm.launcher import launch
 
-        launch(cfg, a, b, out, bias=bias, alpha=alpha, beta=beta)
+        launch(cfg, a, b, out, bias=bias, alpha=alpha, beta=beta, problem=problem)
 
 
 def _dense_mm_out(a: "torch.Tensor", b: "torch.Tensor", *, cfg: str, out: "torch.Tensor") -> None:

@@ -14,6 +14,8 @@ pytest.importorskip("flydsl")
 
 from torch_flydsl.emulator.ops.mfma import mfma_layout  # noqa: E402
 
+pytestmark = pytest.mark.emulator  # needs flydsl (its MMA atoms); tiers select by marker
+
 CASES = [
     (16, 16, 32, "BFloat16"),
     (32, 32, 16, "BFloat16"),

@@ -1,8 +1,10 @@
 """The real-GPU launch path's bookkeeping, which must be right before any MI350 runs it:
 one compile per (process, device, kernel), under a pinned arch and the plugin's cache dir."""
 
+import logging
 import os
 
+import pytest
 import torch
 
 from torch_flydsl.templates.dense_gemm import launcher
@@ -31,3 +33,35 @@ def test_launch_keys_separate_processes_and_devices():
     k0 = launcher.launch_key("jit-fn", torch.device("cuda", 0))
     k1 = launcher.launch_key("jit-fn", torch.device("cuda", 1))
     assert k0 != k1 and k0[0] == os.getpid()
+
+
+def test_a_failed_compile_is_not_retried_on_every_call(monkeypatch, tmp_path):
+    # A warm graph calling the op with a broken toolchain would otherwise re-trace and fail
+    # again on every GEMM call (0.3-0.5 s each) before falling back to PyTorch.
+    monkeypatch.setenv("FLYDSL_RUNTIME_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(launcher, "_COMPILED", {})
+    monkeypatch.setattr(launcher, "_FAILED", {})
+    calls = []
+
+    def failing_compile():
+        calls.append(1)
+        raise RuntimeError("linker missing")
+
+    key = launcher.launch_key("jit-fn", torch.device("cpu"))
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="linker missing"):
+            launcher._first_use(key, failing_compile)
+    assert len(calls) == 1
+
+
+def test_an_unusable_flydsl_cache_dir_compiles_without_the_disk_cache(monkeypatch, tmp_path, caplog):
+    from torch_flydsl.runtime import compile as rc
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("FLYDSL_RUNTIME_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setattr(rc, "_cache_warned", set())
+    with caplog.at_level(logging.WARNING, logger="torch_flydsl"), rc.device_compile_env("gfx950"):
+        seen = os.environ.get("FLYDSL_RUNTIME_ENABLE_CACHE")
+    assert seen == "0"
+    assert "FlyDSL's disk cache is off" in caplog.text and str(blocker / "cache") in caplog.text

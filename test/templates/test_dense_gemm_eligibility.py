@@ -96,3 +96,10 @@ def test_an_m_or_n_contiguous_operand_must_end_on_a_dword(dtype):
     assert isinstance(gate(col(98, 128, dtype, ld=104), row(128, 100, dtype, ld=104)), GemmProblem)
     # K-contiguous operands never load past their last element: odd M / N are fine there.
     assert isinstance(gate(row(97, 128, dtype), col(128, 97, dtype)), GemmProblem)
+
+
+@pytest.mark.parametrize("stride", [(256, 1), (0, 1)])
+def test_a_one_row_bias_is_a_column_vector_whatever_its_row_stride(stride):
+    # M == 1: a [1, N] bias (e.g. bias[None], strides (N, 1)) is the per-column vector itself.
+    p = check_problem(row(1, 128), row(128, 256), row(1, 256), TensorMeta((1, 256), stride, BF16))
+    assert isinstance(p, GemmProblem) and p.bias == "row"

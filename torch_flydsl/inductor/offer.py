@@ -128,6 +128,9 @@ def no_config_fits(declined: list[tuple[Optional[DenseGemmConfig], Decline]]) ->
     return f"none of the {len(declined)} FlyDSL config(s) fits: {shown}"
 
 
+_warned_versions: set = set()
+
+
 def log_offer(offer: Offer, where: str) -> None:
     if offer.configs:
         log.info("%s: offering %d FlyDSL config(s): %s", where, len(offer.configs), ", ".join(c.key() for c in offer.configs))
@@ -143,5 +146,10 @@ def log_offer(offer: Offer, where: str) -> None:
         elif d.category == "config":
             # FLYDSL not requested / max-autotune off: true of every node, not news.
             log.debug("%s: no FlyDSL choice: %s", where, d)
+        elif d.category == "version" and d.reason not in _warned_versions:
+            # FLYDSL was asked for and cannot work in this process at all (flydsl missing or
+            # unsupported): worth a warning, once.
+            _warned_versions.add(d.reason)
+            log.warning("FLYDSL was requested but offers nothing in this process: %s", d.reason)
         else:
             log.info("%s: no FlyDSL choice: %s", where, d)

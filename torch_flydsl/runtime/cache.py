@@ -21,7 +21,11 @@ def _inductor_cache_dir() -> Path:
 
 
 def private_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as e:
+        raise OSError(f"torch_flydsl cannot use its cache directory {path}: {type(e).__name__}: {e} "
+                      "(check TORCHINDUCTOR_CACHE_DIR / FLYDSL_RUNTIME_CACHE_DIR)") from e
     try:
         os.chmod(path, 0o700)
     except PermissionError:

@@ -115,19 +115,47 @@ def compile_only_env(arch: str = "gfx950") -> Iterator[None]:
         yield
 
 
+_cache_warned: set = set()
+
+
+def _usable_cache_dir() -> Optional[str]:
+    """FlyDSL's disk cache dir if it is (or can be made) a writable directory, else None with
+    one warning: compiling without the disk cache is slower, failing to compile is worse."""
+    from .cache import flydsl_cache_dir
+
+    try:
+        path = flydsl_cache_dir()
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(f"{path} is not writable")
+        return str(path)
+    except OSError as e:
+        where = os.environ.get("FLYDSL_RUNTIME_CACHE_DIR") or "<inductor cache>/torch_flydsl/flydsl_cache"
+        if where not in _cache_warned:
+            _cache_warned.add(where)
+            from .._log import log
+
+            log.warning("FlyDSL's disk cache is off: its directory %s is unusable (%s: %s); kernels "
+                        "compile in memory for this process", where, type(e).__name__, e)
+        return None
+
+
 @contextlib.contextmanager
 def device_compile_env(arch: str) -> Iterator[None]:
     """Environment for compiling (and launching) on a real GPU of ``arch``.
 
     The arch is pinned because FlyDSL's own detection falls back to gfx942 where
     ``rocm_agent_enumerator`` fails (seen in Inductor's worker processes); FlyDSL's disk cache
-    goes to the user's ``FLYDSL_RUNTIME_CACHE_DIR`` or under Inductor's cache dir.
+    goes to the user's ``FLYDSL_RUNTIME_CACHE_DIR`` or under Inductor's cache dir, and is off
+    (with a warning) when that directory cannot be used.
     """
-    from .cache import flydsl_cache_dir
-
-    with _ENV_LOCK, patched_env(
-        {"ARCH": arch, "FLYDSL_GPU_ARCH": arch, "FLYDSL_RUNTIME_CACHE_DIR": str(flydsl_cache_dir()), "COMPILE_ONLY": None}
-    ):
+    cache_dir = _usable_cache_dir()
+    env = {"ARCH": arch, "FLYDSL_GPU_ARCH": arch, "COMPILE_ONLY": None}
+    if cache_dir is None:
+        env["FLYDSL_RUNTIME_ENABLE_CACHE"] = "0"
+    else:
+        env["FLYDSL_RUNTIME_CACHE_DIR"] = cache_dir
+    with _ENV_LOCK, patched_env(env):
         yield
 
 

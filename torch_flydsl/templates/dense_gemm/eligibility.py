@@ -108,7 +108,7 @@ def check_problem(
         if bias.dtype != a.dtype:
             return Decline("dtype", f"bias dtype {_dtype_name(bias.dtype)} differs from the inputs")
         row_vector = (len(bias.shape) == 1 and bias.shape[0] == n and (bias.stride[0] == 1 or n == 1)) or (
-            len(bias.shape) == 2 and tuple(bias.shape) == (m, n) and bias.stride[0] == 0 and (bias.stride[1] == 1 or n == 1)
+            len(bias.shape) == 2 and tuple(bias.shape) == (m, n) and (bias.stride[0] == 0 or m == 1) and (bias.stride[1] == 1 or n == 1)
         )
         if not row_vector:
             return Decline("layout", f"bias shape {list(bias.shape)} strides {bias.stride}: only a per-column vector ([N], or [M, N] expanded with stride (0, 1)) is supported")

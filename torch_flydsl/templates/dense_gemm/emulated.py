@@ -11,7 +11,7 @@ from .config import DenseGemmConfig
 
 def run_emulated(
     cfg: DenseGemmConfig, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
-    bias: Optional[torch.Tensor] = None, alpha: float = 1.0, beta: float = 1.0,
+    bias: Optional[torch.Tensor] = None, alpha: float = 1.0, beta: float = 1.0, problem=None,
 ):
     """Execute the compiled gfx950 kernel on CPU tensors; results land in ``out``.
 
@@ -21,7 +21,7 @@ def run_emulated(
     from ...emulator import EmulatorError, emulate
     from .launcher import compile_args
 
-    jit_fn, args = compile_args(cfg, a, b, out, bias, alpha, beta)
+    jit_fn, args = compile_args(cfg, a, b, out, bias, alpha, beta, problem=problem)
     report = emulate(jit_fn, args)
     if not report.ok:
         raise EmulatorError(f"dense GEMM {cfg.key()}: {report}")

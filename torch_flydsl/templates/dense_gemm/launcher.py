@@ -23,9 +23,10 @@ from typing import Any, Optional
 
 import torch
 
-from ..base import TensorMeta
+from ..base import Decline, TensorMeta
 from .config import DenseGemmConfig
-from .problem import leading_stride, major_of
+from .eligibility import check_problem
+from .problem import GemmProblem
 
 
 def flat_operand(t: torch.Tensor) -> torch.Tensor:
@@ -36,21 +37,13 @@ def flat_operand(t: torch.Tensor) -> torch.Tensor:
     return t.as_strided((span,), (1,))
 
 
-def operand_major(t: torch.Tensor, name: str) -> tuple[str, int]:
-    """(major, leading stride) of a 2-D operand, as the eligibility gate reads it."""
-    meta = TensorMeta.of(t)
-    major = major_of(meta)
-    if major is None:
-        raise ValueError(f"{name} has no unit-stride dimension: strides {tuple(t.stride())}")
-    return major, leading_stride(meta, major)
-
-
-def kernel_spec(cfg: DenseGemmConfig, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]):
-    from .kernel import KernelSpec
-
-    a_major, _ = operand_major(a, "A")
-    b_major, _ = operand_major(b, "B")
-    return KernelSpec(cfg, a.dtype, a_major, b_major, bias is not None)
+def checked_problem(a, b, out, bias=None) -> GemmProblem:
+    """The family's eligibility gate for direct callers; raises ``ValueError`` with its reason."""
+    meta = lambda t: None if t is None else TensorMeta.of(t)  # noqa: E731
+    problem = check_problem(meta(a), meta(b), meta(out), meta(bias))
+    if isinstance(problem, Decline):
+        raise ValueError(f"dense GEMM declines these operands: {problem}")
+    return problem
 
 
 def grid_block(cfg: DenseGemmConfig, m: int, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -68,34 +61,30 @@ def compile_args(
     alpha: float = 1.0,
     beta: float = 1.0,
     stream: Any = None,
+    problem: Optional[GemmProblem] = None,
 ) -> tuple[Any, tuple]:
     """``(jit_fn, args)`` such that ``flyc.compile(jit_fn, *args)`` compiles (never launches)
     and ``compiled(*args)`` runs this exact GEMM. Tensors may be CPU or meta stand-ins when
     only compiling. ``bias`` is ``[N]`` or an expanded ``[M, N]`` with strides ``(0, 1)``;
     with ``beta == 0`` it is dropped (the bias-free kernel runs), as ``torch.addmm`` does.
     ``stream``: None (default stream placeholder), a raw ``hipStream_t`` int or a torch stream.
+    ``problem``: what the family's gate returned for exactly these operands (the custom op has
+    checked them already: one validation per call); without it the gate runs here. One compiled
+    kernel per spec: the gate guarantees every tensor has the spec's dtype.
     """
     import flydsl.expr as fx
 
-    from .kernel import build
+    from .kernel import KernelSpec, build
 
-    m, k = a.shape
-    k2, n = b.shape
-    if k != k2 or tuple(out.shape) != (m, n):
-        raise ValueError(f"shape mismatch: A {tuple(a.shape)}, B {tuple(b.shape)}, out {tuple(out.shape)}")
-    if out.stride(1) != 1 and n > 1:
-        raise ValueError(f"out must be row-major, strides {tuple(out.stride())}")
-    # One compiled kernel per spec: every tensor must have the spec's dtype, or a cached
-    # kernel would be fed another element type.
-    dtypes = {a.dtype, b.dtype, out.dtype} | ({bias.dtype} if bias is not None else set())
-    if len(dtypes) != 1 or a.dtype not in (torch.bfloat16, torch.float16):
-        raise ValueError(f"A, B, out and bias must share dtype bf16 or fp16, got {sorted(map(str, dtypes))}")
-    _, lda = operand_major(a, "A")
-    _, ldb = operand_major(b, "B")
+    if problem is None:
+        problem = checked_problem(a, b, out, bias)
+    m, n, k = problem.m, problem.n, problem.k
+    lda = a.stride(0) if problem.a_major == "row" else a.stride(1)
+    ldb = b.stride(0) if problem.b_major == "row" else b.stride(1)
     if bias is not None and beta == 0.0:
         # torch.addmm ignores the bias when beta == 0 (NaN/inf in it must not propagate).
         bias = None
-    spec = kernel_spec(cfg, a, b, bias)
+    spec = KernelSpec(cfg, problem.dtype, problem.a_major, problem.b_major, bias is not None)
     if bias is not None:
         if bias.dim() == 2:  # expanded [M, N] with stride (0, 1): the first row is the vector
             bias = bias[0]
@@ -121,12 +110,14 @@ def compile_args(
 
 
 _COMPILED: dict = {}
+_FAILED: dict = {}  # key -> the error of its failed compile: a failure is not retried every call
 _LOCK = threading.Lock()
 
 
 def _first_use(key, compile_fn) -> tuple[Any, bool]:
     """Run ``compile_fn`` once per key, in the device compile environment, and cache its
-    result. Returns ``(result, ran_now)``."""
+    result. Returns ``(result, ran_now)``. A compile that failed raises the same error again
+    for that key without recompiling (the op then falls back to PyTorch, cheaply)."""
     hit = _COMPILED.get(key)  # hot path: no lock once compiled
     if hit is not None:
         return hit, False
@@ -137,8 +128,14 @@ def _first_use(key, compile_fn) -> tuple[Any, bool]:
         hit = _COMPILED.get(key)
         if hit is not None:
             return hit, False
-        with device_compile_env(device_arch(key[1]) or "gfx950"):
-            hit = compile_fn()
+        if key in _FAILED:
+            raise _FAILED[key]
+        try:
+            with device_compile_env(device_arch(key[1]) or "gfx950"):
+                hit = compile_fn()
+        except Exception as e:
+            _FAILED[key] = e
+            raise
         _COMPILED[key] = hit
         return hit, True
 
@@ -157,11 +154,13 @@ def launch(
     alpha: float = 1.0,
     beta: float = 1.0,
     stream: Any = None,
+    problem: Optional[GemmProblem] = None,
 ) -> torch.Tensor:
     """Run ``out = alpha * (a @ b) + beta * bias`` on the current HIP stream (real GPU only).
 
-    The caller has checked eligibility (``config_fits`` and the family gate); this only packs
-    arguments. Never call it without HIP: FlyDSL aborts the process on launch without it.
+    The caller has checked eligibility (``config_fits`` and the family gate, whose ``problem``
+    it passes on); this only packs arguments. Never call it without HIP: FlyDSL aborts the
+    process on launch without it.
     """
     if not a.is_cuda:
         raise RuntimeError("dense_gemm.launch needs device tensors on a ROCm GPU")
@@ -169,7 +168,7 @@ def launch(
 
     if stream is None:
         stream = torch.cuda.current_stream(a.device)
-    jit_fn, args = compile_args(cfg, a, b, out, bias, alpha, beta, stream)
+    jit_fn, args = compile_args(cfg, a, b, out, bias, alpha, beta, stream, problem=problem)
     key = launch_key(jit_fn, a.device)
     if flydsl_has_cpu_safe_compile():
         # 0.4+: flyc.compile returns a CompiledFunction without launching; calling it later
