@@ -20,7 +20,7 @@ ABSENT = intree.IntreeStatus(False, False, "this torch has no in-tree FlyDSL bac
 @pytest.fixture
 def intree_is(monkeypatch):
     def set_status(st):
-        monkeypatch.setattr(intree, "install_status", lambda: st)
+        monkeypatch.setattr(intree, "install_status", lambda kind="inductor": st)
 
     return set_status
 
@@ -73,9 +73,25 @@ def test_explain_json_reports_in_tree_and_offers_nothing_when_it_serves_mm(intre
 
 
 def test_the_real_install_status_matches_this_torch():
-    st = intree.install_status()
     import importlib.util
 
+    import torch
+
+    from torch_flydsl.runtime.probe import _parse_version, flydsl_info
+
+    st = intree.install_status()
     assert st.present == (importlib.util.find_spec("torch._inductor.codegen.flydsl") is not None)
-    if not st.present:
+    assert st.present == (_parse_version(torch.__version__)[:2] >= (2, 15))
+    if st.present:  # torch 2.15 pins flydsl 0.3.x
+        assert st.usable == (_parse_version(flydsl_info().version)[:2] == (0, 3)), st
+    else:
         assert not st.usable
+
+
+def test_the_pinned_release_is_read_from_the_in_tree_gate_without_importing_it(monkeypatch, tmp_path):
+    gate = tmp_path / "flydsl_utils.py"
+    gate.write_text("_FLYDSL_SUPPORTED_RELEASE: tuple[int, int] = (0, 4)\n")
+    monkeypatch.setattr(intree, "torch_file", lambda rel: gate)
+    assert intree._supported_release() == (0, 4)
+    monkeypatch.setattr(intree, "torch_file", lambda rel: None)
+    assert intree._supported_release() == intree.DOCUMENTED_RELEASE

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Any, Optional
 
 import torch
 
 from .serving import INTREE, PLUGIN, PYTORCH, Serving, who_serves
-from .templates.base import Decline, TensorMeta
-from .templates.dense_gemm.config import DenseGemmConfig, configs_for
-from .templates.dense_gemm.eligibility import check_problem
-from .templates.dense_gemm.problem import GemmProblem
+from .templates.base import Decline
+from .registry import family_for
 
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
           "fp32": torch.float32, "float32": torch.float32}
@@ -20,11 +18,11 @@ DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.floa
 @dataclass
 class Explanation:
     op: str
-    problem: Union[GemmProblem, Decline]
+    problem: Any  # the family's problem dataclass, or a Decline
     breadth: str
     serving: Serving
-    offered: list[DenseGemmConfig] = field(default_factory=list)
-    declined: list[tuple[Optional[DenseGemmConfig], Decline]] = field(default_factory=list)
+    offered: list = field(default_factory=list)  # the family's configs
+    declined: list[tuple[Optional[Any], Decline]] = field(default_factory=list)
 
     def to_json(self) -> dict:
         """The machine-readable answer (``explain --json``)."""
@@ -46,19 +44,6 @@ class Explanation:
         }
 
 
-def operand_metas(m, n, k, dtype: torch.dtype, layout: str, bias: bool, device_type="cuda"):
-    """Contiguous operands for a BLAS-style layout: 't' means stored transposed (column-major)."""
-    a = TensorMeta.contiguous((m, k), dtype, device_type)
-    if layout[0] == "t":
-        a = TensorMeta((m, k), (1, m), dtype, 0, device_type)
-    b = TensorMeta.contiguous((k, n), dtype, device_type)
-    if layout[1] == "t":
-        b = TensorMeta((k, n), (1, k), dtype, 0, device_type)
-    out = TensorMeta.contiguous((m, n), dtype, device_type)
-    bias_meta = TensorMeta((m, n), (0, 1), dtype, 0, device_type) if bias else None
-    return a, b, out, bias_meta
-
-
 def explain_mm(m, n, k, dtype="bf16", layout="nt", bias=False, breadth: Optional[str] = None) -> Explanation:
     """What a gfx950 process with this install would do with the GEMM: who serves it (the
     plugin, torch's in-tree backend, PyTorch), which configs the plugin offers, and why not
@@ -69,7 +54,8 @@ def explain_mm(m, n, k, dtype="bf16", layout="nt", bias=False, breadth: Optional
         dtype = DTYPES[dtype.lower()]
     breadth = breadth or config.autotune_breadth()
     op = "addmm" if bias else "mm"
-    problem = check_problem(*operand_metas(m, n, k, dtype, layout.lower(), bias))
+    impl = family_for(op).impl()
+    problem = impl.explain_problem(op, m, n, k, dtype, layout.lower())
     serving = who_serves(op, assume_gfx950=True)
     ex = Explanation(op, problem, breadth, serving)
     if serving.served_by != PLUGIN:
@@ -80,7 +66,7 @@ def explain_mm(m, n, k, dtype="bf16", layout="nt", bias=False, breadth: Optional
         ex.declined.append((None, problem))
         ex.serving = Serving(op, PYTORCH, str(problem))
         return ex
-    ex.offered, ex.declined = configs_for(problem, breadth)
+    ex.offered, ex.declined = impl.configs_for(problem, breadth)
     if not ex.offered:
         ex.serving = Serving(op, PYTORCH, "no FlyDSL config fits this problem")
     return ex

@@ -39,96 +39,62 @@ def strict():
         _local.strict = before
 
 
-def _fall_back(cfg_key: str, why: str, a, b, out, bias, alpha, beta) -> None:
+def _fall_back(impl, call, why: str) -> None:
     from ._log import log
 
     if getattr(_local, "strict", False):
-        raise KernelNotRun(f"FlyDSL {cfg_key} cannot run these operands here: {why}")
-    if (cfg_key, why) not in _warned:
-        _warned.add((cfg_key, why))
-        log.warning("FlyDSL %s not used for these operands, PyTorch computes them: %s", cfg_key, why)
-    _torch_fallback(a, b, out, bias, alpha, beta)
+        raise KernelNotRun(f"FlyDSL {call.cfg_key} cannot run these operands here: {why}")
+    if (call.cfg_key, why) not in _warned:
+        _warned.add((call.cfg_key, why))
+        log.warning("FlyDSL %s not used for these operands, PyTorch computes them: %s", call.cfg_key, why)
+    impl.torch_fallback(call)
 
 
-def _torch_fallback(a, b, out, bias, alpha, beta) -> None:
-    import torch
-
-    if bias is None:
-        torch.mm(a, b, out=out)
-    else:
-        torch.addmm(bias.expand(out.shape), a, b, beta=beta, alpha=alpha, out=out)
-
-
-def _run_dense(cfg_key: str, a, b, out, bias, alpha: float, beta: float) -> None:
+def run(family, custom_op: str, args: tuple, kwargs: dict) -> None:
+    """The body of every custom op: check the operands it got, run the family's kernel on the
+    executor this process allows, or compute PyTorch's result and say why."""
     from .emulator.errors import EmulatorError
     from .runtime.compile import CompileError
     from .runtime.launch_guard import LaunchRefused, executor_for
-    from .templates.base import Decline, TensorMeta
-    from .templates.dense_gemm.config import DenseGemmConfig, config_fits
-    from .templates.dense_gemm.eligibility import check_problem
+    from .templates.base import Decline
 
+    impl = family.impl()
+    call = impl.parse_call(custom_op, args, kwargs)
     try:
-        executor = executor_for(out.device)
-        cfg = DenseGemmConfig.from_key(cfg_key)
+        executor = executor_for(call.out.device)
+        checked = impl.check_call(call)
     except (LaunchRefused, ValueError) as e:  # no usable FlyDSL/device here, or a key from elsewhere
-        return _fall_back(cfg_key, str(e), a, b, out, bias, alpha, beta)
-    # Layouts chosen at compile time can still differ at run time (a cached graph fed other
-    # strides, an input whose flexible layout was fixed later): re-check, and keep PyTorch's
-    # result when the kernel would not be exact.
-    meta = lambda t: None if t is None else TensorMeta.of(t)  # noqa: E731
-    problem = check_problem(meta(a), meta(b), meta(out), meta(bias))
-    why = problem if isinstance(problem, Decline) else config_fits(cfg, problem)
-    if why is not None:
-        return _fall_back(cfg_key, str(why), a, b, out, bias, alpha, beta)
+        return _fall_back(impl, call, str(e))
+    if isinstance(checked, Decline):
+        return _fall_back(impl, call, str(checked))
+    cfg, problem = checked
     try:
-        _execute(executor, cfg, problem, a, b, out, bias, alpha, beta)
+        impl.execute(executor, cfg, problem, call)
     except EmulatorError as e:
         if not isinstance(e.__cause__, CompileError):
             raise  # the emulator found the kernel wrong (race, out of bounds): never hide that
-        _fall_back(cfg_key, f"compile failed: {e.__cause__}", a, b, out, bias, alpha, beta)
+        _fall_back(impl, call, f"compile failed: {e.__cause__}")
     except Exception as e:  # compile failed (toolchain gone, cache dir broken, ...), or the launch raised
-        _fall_back(cfg_key, f"{type(e).__name__}: {e}", a, b, out, bias, alpha, beta)
+        _fall_back(impl, call, f"{type(e).__name__}: {e}")
 
 
-def _execute(executor: str, cfg, problem, a, b, out, bias, alpha: float, beta: float) -> None:
-    """Run the checked ``problem`` (the family gate ran once for this call, above)."""
-    if executor == "reference-standin":
-        # Plumbing tests only (named so in every test that uses it): not a FlyDSL kernel.
-        from .templates.dense_gemm.reference import reference
+def _impl_for(family, custom_op: str):
+    def custom_op_impl(*args, **kwargs) -> None:
+        run(family, custom_op, args, kwargs)
 
-        out.copy_(reference(a, b, bias, alpha, beta, device=out.device).to(out.dtype))
-    elif executor == "emulator":
-        from .templates.dense_gemm.emulated import run_emulated
-
-        run_emulated(cfg, a, b, out, bias, alpha, beta, problem=problem)
-    else:
-        from .templates.dense_gemm.launcher import launch
-
-        launch(cfg, a, b, out, bias=bias, alpha=alpha, beta=beta, problem=problem)
-
-
-def _dense_mm_out(a: "torch.Tensor", b: "torch.Tensor", *, cfg: str, out: "torch.Tensor") -> None:
-    _run_dense(cfg, a, b, out, None, 1.0, 0.0)
-
-
-def _dense_addmm_out(
-    bias: "torch.Tensor", a: "torch.Tensor", b: "torch.Tensor", *, alpha: float = 1.0, beta: float = 1.0,
-    cfg: str, out: "torch.Tensor",
-) -> None:
-    _run_dense(cfg, a, b, out, bias, float(alpha), float(beta))
+    custom_op_impl.__name__ = custom_op
+    return custom_op_impl
 
 
 def _noop_meta(*args, **kwargs) -> None:
     return None
 
 
-SCHEMAS = {
-    "dense_mm_out": ("(Tensor a, Tensor b, *, str cfg, Tensor(a!) out) -> ()", _dense_mm_out),
-    "dense_addmm_out": (
-        "(Tensor bias, Tensor a, Tensor b, *, float alpha=1.0, float beta=1.0, str cfg, Tensor(a!) out) -> ()",
-        _dense_addmm_out,
-    ),
-}
+def custom_ops() -> dict:
+    """Every custom op of every registered family: name -> (family, CustomOp)."""
+    from .registry import families
+
+    return {op.name: (f, op) for f in families() for op in f.custom_ops}
 
 
 def register() -> None:
@@ -139,9 +105,9 @@ def register() -> None:
     import torch
 
     lib = torch.library.Library(NAMESPACE, "DEF")
-    for name, (schema, impl) in SCHEMAS.items():
-        lib.define(name + schema)
-        lib.impl(name, impl, "CompositeExplicitAutograd")
+    for name, (family, op) in custom_ops().items():
+        lib.define(name + op.schema)
+        lib.impl(name, _impl_for(family, name), "CompositeExplicitAutograd")
         lib.impl(name, _noop_meta, "Meta")
     _lib = lib
 
@@ -150,7 +116,7 @@ def _defined() -> bool:
     import torch
 
     try:
-        return all(torch._C._dispatch_has_kernel(f"{NAMESPACE}::{n}") for n in SCHEMAS)
+        return all(torch._C._dispatch_has_kernel(f"{NAMESPACE}::{n}") for n in custom_ops())
     except Exception:
         return False
 

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import config
+from .registry import family_for
 from .runtime import intree
 
-# Op families the plugin has kernels for (the family registry will own this list).
-PLUGIN_OPS = ("mm", "addmm")
 # Every op family either backend may serve, in the order doctor lists them.
 ALL_OPS = ("mm", "addmm", "scaled_mm", "grouped_mm", "rms_norm", "topk")
 
@@ -54,7 +53,7 @@ def who_serves(op: str, device_type: str = "cuda", index: int = 0, assume_gfx950
     deferred = deferral(op, device_type, index, assume_gfx950)
     if deferred:
         return Serving(op, INTREE, deferred)
-    if op in PLUGIN_OPS:
+    if family_for(op) is not None:
         why = None if assume_gfx950 else _plugin_device_reason(device_type, index)
         if why is None:
             from .runtime.probe import flydsl_info

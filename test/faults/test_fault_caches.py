@@ -77,7 +77,7 @@ def test_flydsl_cache_dir_unwritable_warm_changes_nothing_under_the_emulator(tmp
 # through ``launcher._first_use(key, lambda: flyc.compile(jit_fn, *args))`` inside
 # ``device_compile_env``, which is where FlyDSL reads and writes its disk cache. On FlyDSL 0.4+
 # that compile returns without launching, so it runs on CPU tensors. The op turns any
-# ``Exception`` from it into PyTorch's result (ops._run_dense); what matters here is that a
+# ``Exception`` from it into PyTorch's result (ops.run); what matters here is that a
 # broken cache gives an ordinary exception naming the path, or is healed, never an abort.
 
 DEVICE_COMPILE = textwrap.dedent(

@@ -40,15 +40,15 @@ def plant_failure(cfg_key):
 
 
 def offer_only(cfg_keys):
-    from torch_flydsl.inductor import offer
+    from torch_flydsl.templates.dense_gemm import family
 
-    configs_for = offer.configs_for
+    configs_for = family.configs_for
 
     def fewer(problem, breadth):
         fitting, declined = configs_for(problem, breadth)
         return [c for c in fitting if c.key() in cfg_keys], declined
 
-    offer.configs_for = fewer
+    family.configs_for = fewer
 
 
 def count_launches():

@@ -26,7 +26,9 @@ COMPILE = textwrap.dedent(
 
 def compile_mm(tmp_path, k=128, dynamic=False, cpp_wrapper=False):
     code = COMPILE.format(k=k, dynamic=dynamic, cpp_wrapper=cpp_wrapper)
-    r = run_script(code, tmp_path, TORCH_FLYDSL_EXECUTOR="reference-standin", TORCH_FLYDSL_LOG="info")
+    # The plugin's own declines, also where an in-tree backend would serve mm (torch 2.15 + flydsl 0.3.x).
+    r = run_script(code, tmp_path, TORCH_FLYDSL_EXECUTOR="reference-standin", TORCH_FLYDSL_LOG="info",
+                   TORCH_FLYDSL_INTREE_POLICY="plugin")
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("[torch_flydsl]")]
     return r.stdout.split("PLUGIN_CALL")[-1].strip() == "True", lines
 

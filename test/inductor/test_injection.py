@@ -21,7 +21,11 @@ PROBE = Path(__file__).with_name("compile_probe.py")
 
 
 def compile_in_subprocess(cache_dir, env=None, **opts):
-    full_env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), **(env or {})}
+    # These tests are about the plugin's own glue: where torch ships an in-tree FlyDSL backend
+    # that would serve mm (torch 2.15 with flydsl 0.3.x), the plugin is asked to offer its
+    # choices too. Deferral itself is tested in test_coexistence_glue.py.
+    full_env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), "TORCH_FLYDSL_INTREE_POLICY": "plugin",
+                **(env or {})}
     r = subprocess.run(
         [sys.executable, str(PROBE), json.dumps(opts)], capture_output=True, text=True, env=full_env, timeout=600
     )

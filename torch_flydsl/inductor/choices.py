@@ -19,8 +19,6 @@ from .._log import log
 from .offer import log_offer, plan
 from .versions import fingerprint
 
-_OP_FOR = {"mm": "dense_mm_out", "addmm": "dense_addmm_out"}
-
 
 def _node_label(op_name: str) -> str:
     from torch._inductor.virtualized import V
@@ -73,7 +71,9 @@ class FlyDSLChoicesMixin:
     def _flydsl_offer(self, kernel_inputs, op_name):
         from torch._inductor.virtualized import V
 
-        if op_name not in _OP_FOR:
+        from ..registry import family_for
+
+        if family_for(op_name) is None:
             return None
         nodes = kernel_inputs.nodes()
         layout = kernel_inputs.output_layout(flexible=False)
@@ -94,12 +94,9 @@ class FlyDSLChoicesMixin:
     def _flydsl_bind(self, kernel_inputs, op_name, offer):
         from .extern import extern_choice
 
-        choice = extern_choice(_OP_FOR[op_name])
+        choice = extern_choice(offer.family.custom_op_for(op_name).name)
         layout = kernel_inputs.output_layout(flexible=False)
-        kwargs = {}
-        if op_name == "addmm":
-            scalars = getattr(kernel_inputs, "_scalars", {}) or {}
-            kwargs = {"alpha": float(scalars.get("alpha", 1)), "beta": float(scalars.get("beta", 1))}
+        kwargs = offer.family.impl().call_kwargs(op_name, getattr(kernel_inputs, "_scalars", {}) or {})
         callers = []
         for cfg in offer.configs:
             caller = choice.bind(kernel_inputs.nodes(), layout, cfg=cfg.key(), **kwargs)

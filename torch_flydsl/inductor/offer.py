@@ -14,20 +14,17 @@ from .. import config
 from .._log import log
 from ..runtime.launch_guard import device_decline
 from ..runtime.probe import flydsl_info
+from ..registry import Family, family_for
 from ..serving import deferral
 from ..templates.base import Decline, TensorMeta
-from ..templates.dense_gemm.config import configs_for
-from ..templates.dense_gemm.eligibility import check_problem
-from ..templates.dense_gemm.config import DenseGemmConfig
-
-OPS = ("mm", "addmm")
 
 
 @dataclass
 class Offer:
     op_name: str
-    configs: list[DenseGemmConfig] = field(default_factory=list)
-    declined: list[tuple[Optional[DenseGemmConfig], Decline]] = field(default_factory=list)
+    family: Optional[Family] = None
+    configs: list = field(default_factory=list)  # the family's config objects (``.key()``)
+    declined: list[tuple[Optional[Any], Decline]] = field(default_factory=list)
 
     def decline(self, category: str, reason: str) -> "Offer":
         self.declined.append((None, Decline(category, reason)))
@@ -72,8 +69,9 @@ def inductor_gate() -> Optional[Decline]:
 
 
 def plan(op_name: str, nodes: list[Any], layout, scalars: dict) -> Offer:
-    offer = Offer(op_name)
-    if op_name not in OPS:
+    family = family_for(op_name)
+    offer = Offer(op_name, family)
+    if family is None:
         return offer.decline("op", f"{op_name} has no FlyDSL family")
     d = inductor_gate()
     if d:
@@ -93,27 +91,21 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict) -> Offer:
     )
     if any(m is None for m in metas) or None in out_meta.shape or None in out_meta.stride:
         return offer.decline("shape", "dynamic (symbolic) shapes or strides are not supported")
-    if op_name == "addmm":
-        alpha, beta = scalars.get("alpha", 1), scalars.get("beta", 1)
-        if not all(isinstance(s, (int, float)) for s in (alpha, beta)):
-            return offer.decline("shape", "symbolic alpha/beta")
-        bias, a, b = metas
-    else:
-        (a, b), bias = metas, None
-    problem = check_problem(a, b, out_meta, bias)
+    impl = family.impl()
+    problem = impl.problem_from_metas(op_name, metas, out_meta, scalars)
     if isinstance(problem, Decline):
         offer.declined.append((None, problem))
         return offer
     from torch._inductor import config as ic
 
     breadth = config.autotune_breadth(getattr(ic, "max_autotune_gemm_search_space", "DEFAULT"))
-    fitting, declined = configs_for(problem, breadth)
+    fitting, declined = impl.configs_for(problem, breadth)
     offer.configs.extend(fitting)
     offer.declined.extend(declined)
     return offer
 
 
-def no_config_fits(declined: list[tuple[Optional[DenseGemmConfig], Decline]]) -> Optional[str]:
+def no_config_fits(declined: list[tuple[Optional[Any], Decline]]) -> Optional[str]:
     """One line for a node whose every config was declined: each distinct reason once."""
     reasons = []
     for cfg, d in declined:

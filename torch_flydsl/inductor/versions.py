@@ -13,10 +13,11 @@ NEWEST_TESTED_TORCH = (2, 15)
 @functools.lru_cache(maxsize=None)
 def fingerprint() -> tuple[str, ...]:
     from .._version import __version__
+    from ..registry import families
     from ..runtime.probe import flydsl_info
-    from ..templates.dense_gemm.config import KERNEL_VERSION
 
-    return ("torch_flydsl", __version__, "flydsl", str(flydsl_info().version), "dense_gemm", KERNEL_VERSION)
+    kernels = tuple(x for f in families() for x in (f.name, f.impl().KERNEL_VERSION))
+    return ("torch_flydsl", __version__, "flydsl", str(flydsl_info().version)) + kernels
 
 
 def fingerprint_str() -> str:

@@ -13,19 +13,24 @@ Under the emulator or the reference stand-in executors the CPU stands for a gfx9
 both backends, so only the install-level conditions decide (this is what lets CPU tests see
 the real coexistence decision); ``explain`` likewise answers "as if on gfx950".
 
-Nothing here imports flydsl. The in-tree gate module is imported (it is part of Inductor and
-cheap) to read the release it pins; if torch renames it, the documented 2.15 pin is used.
+Nothing here imports flydsl or the in-tree modules (torch 2.15's FlyDSL package pulls in most
+of Inductor and Triton when imported): the release its gate pins is read from its source file;
+if torch moves it, the documented 2.15 pin is used. The in-tree eager overrides (RMSNorm, TopK)
+have their own gate: ``TORCH_NATIVE_SKIP_VERSION_CHECK=1`` lifts its version check and
+``TORCH_DISABLE_NATIVE_JIT=1`` turns them off; on a ROCm build the overrides it actually
+registered are read from ``torch.backends.python_native.get_dsl_operations("flydsl")``.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .probe import _parse_version, flydsl_info, intree_flydsl_present
+from .probe import _parse_version, flydsl_info, intree_flydsl_present, torch_file
 
 # Which ops the in-tree backend has a FlyDSL path for, and through which mechanism. ``addmm``
 # is absent on purpose: torch 2.15's tuned_addmm has no FlyDSL path.
@@ -36,8 +41,9 @@ INTREE_OPS = {
     "rms_norm": "eager",
     "topk": "eager",
 }
-INTREE_GATE_MODULE = "torch._inductor.codegen.flydsl.flydsl_utils"
+INTREE_GATE_FILE = "_inductor/codegen/flydsl/flydsl_utils.py"
 DOCUMENTED_RELEASE = (0, 3)  # torch 2.15.0's _FLYDSL_SUPPORTED_RELEASE
+_RELEASE_RE = re.compile(r"_FLYDSL_SUPPORTED_RELEASE\s*(?::[^=]*)?=\s*\(\s*(\d+)\s*,\s*(\d+)\s*,?\s*\)")
 
 
 @dataclass(frozen=True)
@@ -53,16 +59,12 @@ class IntreeStatus:
 
 
 def _supported_release() -> tuple[int, ...]:
+    path = torch_file(INTREE_GATE_FILE)
     try:
-        import importlib
-
-        mod = importlib.import_module(INTREE_GATE_MODULE)
-        rel = getattr(mod, "_FLYDSL_SUPPORTED_RELEASE", None)
-        if isinstance(rel, tuple) and rel and all(isinstance(x, int) for x in rel):
-            return rel
-    except Exception:
-        pass
-    return DOCUMENTED_RELEASE
+        m = _RELEASE_RE.search(path.read_text()) if path else None
+    except OSError:
+        m = None
+    return (int(m.group(1)), int(m.group(2))) if m else DOCUMENTED_RELEASE
 
 
 def _flydsl_has_mlir() -> bool:
@@ -72,8 +74,11 @@ def _flydsl_has_mlir() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def install_status() -> IntreeStatus:
-    """The install-level half: does torch ship the backend, and does its flydsl gate pass?"""
+def install_status(kind: str = "inductor") -> IntreeStatus:
+    """The install-level half: does torch ship the backend (``kind``: its Inductor backend or
+    its eager overrides), and does its flydsl gate pass?"""
+    if kind == "eager":
+        return _eager_install_status()
     if not intree_flydsl_present():
         return IntreeStatus(False, False, "this torch has no in-tree FlyDSL backend")
     info = flydsl_info()
@@ -87,6 +92,35 @@ def install_status() -> IntreeStatus:
     if not _flydsl_has_mlir():
         return IntreeStatus(True, False, "flydsl has no _mlir package")
     return IntreeStatus(True, True, f"flydsl {info.version} passes its {pinned} gate")
+
+
+def _eager_install_status() -> IntreeStatus:
+    import os
+
+    if torch_file("_native/flydsl_utils.py") is None:
+        return IntreeStatus(False, False, "this torch has no in-tree FlyDSL eager overrides")
+    info = flydsl_info()
+    if not info.installed or info.version is None:
+        return IntreeStatus(True, False, "flydsl is not installed")
+    if os.environ.get("TORCH_DISABLE_NATIVE_JIT", "0") not in ("", "0"):
+        return IntreeStatus(True, False, "TORCH_DISABLE_NATIVE_JIT is set")
+    release = _supported_release()
+    pinned = ".".join(map(str, release)) + ".x"
+    skip = os.environ.get("TORCH_NATIVE_SKIP_VERSION_CHECK", "0") not in ("", "0")
+    if _parse_version(info.version)[: len(release)] != release and not skip:
+        return IntreeStatus(True, False, f"they accept flydsl {pinned} only (TORCH_NATIVE_SKIP_VERSION_CHECK=1 "
+                                         f"lifts that), this is flydsl {info.version}")
+    return IntreeStatus(True, True, f"flydsl {info.version} passes their gate" + (" (version check skipped)" if skip else ""))
+
+
+def _registered_eager_ops() -> Optional[set]:
+    """The aten ops torch's FlyDSL eager overrides registered in this process (ROCm builds)."""
+    try:
+        import torch.backends.python_native as pn
+
+        return {str(op).split("::")[-1].split(".")[0] for op in pn.get_dsl_operations("flydsl")}
+    except Exception:
+        return None
 
 
 def device_reason(device_type: Optional[str], index: int = 0) -> Optional[str]:
@@ -109,9 +143,10 @@ def device_reason(device_type: Optional[str], index: int = 0) -> Optional[str]:
     return None
 
 
-def status(device_type: Optional[str] = "cuda", index: int = 0, assume_gfx950: bool = False) -> IntreeStatus:
+def status(device_type: Optional[str] = "cuda", index: int = 0, assume_gfx950: bool = False,
+           kind: str = "inductor") -> IntreeStatus:
     """Would the in-tree backend run here? ``assume_gfx950`` answers as if on an MI350."""
-    base = install_status()
+    base = install_status(kind)
     if not base.usable or assume_gfx950:
         return base
     why = device_reason(device_type, index)
@@ -120,11 +155,22 @@ def status(device_type: Optional[str] = "cuda", index: int = 0, assume_gfx950: b
     return base
 
 
+def _rocm_build() -> bool:
+    import torch
+
+    return torch.version.hip is not None
+
+
 def serves(op: str, device_type: Optional[str] = "cuda", index: int = 0, assume_gfx950: bool = False) -> Optional[str]:
     """If the in-tree backend would serve ``op`` here, the reason (for logs); else None."""
     if op not in INTREE_OPS:
         return None
-    st = status(device_type, index, assume_gfx950)
+    kind = INTREE_OPS[op]
+    st = status(device_type, index, assume_gfx950, kind)
     if not st.usable:
         return None
+    if kind == "eager" and not assume_gfx950:
+        registered = _registered_eager_ops()
+        if registered is not None and _rocm_build() and op not in registered:
+            return None
     return f"torch's in-tree FlyDSL backend serves {op} here ({st.reason})"

@@ -89,9 +89,18 @@ def hip_runtime_present() -> bool:
     return torch.version.hip is not None and torch.cuda.is_available()
 
 
+def torch_file(relative: str) -> Optional[Path]:
+    """A file inside the installed torch package, found without importing anything (importing
+    torch 2.15's in-tree FlyDSL package pulls in most of Inductor and Triton: seconds)."""
+    spec = importlib.util.find_spec("torch")
+    roots = list(getattr(spec, "submodule_search_locations", None) or [])
+    for root in roots:
+        p = Path(root) / relative
+        if p.exists():
+            return p
+    return None
+
+
 def intree_flydsl_present() -> bool:
-    """Whether this torch ships its own Inductor FlyDSL backend (PyTorch main, late 2026)."""
-    try:
-        return importlib.util.find_spec("torch._inductor.codegen.flydsl") is not None
-    except (ImportError, ValueError):
-        return False
+    """Whether this torch ships its own Inductor FlyDSL backend (torch 2.15+)."""
+    return torch_file("_inductor/codegen/flydsl/__init__.py") is not None

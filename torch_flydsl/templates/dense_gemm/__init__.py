@@ -1,35 +1,33 @@
 """Dense GEMM family: ``out = alpha * (A @ B) + beta * bias`` in bf16/fp16 on gfx950.
 
-Cheap to import: the FlyDSL kernel (``kernel.py``) and launcher import FlyDSL lazily.
+Importing the package is nearly free (names resolve on first use, PEP 562): the entry point
+reads the family descriptor (``family.FAMILY``) inside ``import torch``. The FlyDSL kernel
+(``kernel.py``) and launcher import FlyDSL lazily.
 """
 
-from .config import (
-    BASELINE,
-    CURATED,
-    KERNEL_VERSION,
-    DenseGemmConfig,
-    config_fits,
-    configs_for,
-    search_space,
-)
-from .eligibility import check_problem
-from .launcher import compile_args, flat_operand, grid_block, launch
-from .problem import GemmProblem
-from .reference import reference
+import importlib
 
-__all__ = [
-    "BASELINE",
-    "CURATED",
-    "KERNEL_VERSION",
-    "DenseGemmConfig",
-    "GemmProblem",
-    "check_problem",
-    "compile_args",
-    "config_fits",
-    "configs_for",
-    "flat_operand",
-    "grid_block",
-    "launch",
-    "reference",
-    "search_space",
-]
+_EXPORTS = {
+    "BASELINE": "config",
+    "CURATED": "config",
+    "KERNEL_VERSION": "config",
+    "DenseGemmConfig": "config",
+    "config_fits": "config",
+    "configs_for": "config",
+    "search_space": "config",
+    "check_problem": "eligibility",
+    "compile_args": "launcher",
+    "flat_operand": "launcher",
+    "grid_block": "launcher",
+    "launch": "launcher",
+    "GemmProblem": "problem",
+    "reference": "reference",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,141 @@
+"""The dense GEMM family as the glue sees it (``torch_flydsl.registry``): ``mm`` and ``addmm``.
+
+Module level holds only the descriptor (read inside ``import torch``); everything else imports
+the family's code when first called.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ...registry import CustomOp, Family
+
+FAMILY = Family(
+    name="dense_gemm",
+    module=__name__,
+    custom_ops=(
+        CustomOp("dense_mm_out", "(Tensor a, Tensor b, *, str cfg, Tensor(a!) out) -> ()", "mm"),
+        CustomOp(
+            "dense_addmm_out",
+            "(Tensor bias, Tensor a, Tensor b, *, float alpha=1.0, float beta=1.0, str cfg, Tensor(a!) out) -> ()",
+            "addmm",
+        ),
+    ),
+)
+
+
+def __getattr__(name):
+    if name == "KERNEL_VERSION":
+        from .config import KERNEL_VERSION
+
+        return KERNEL_VERSION
+    raise AttributeError(name)
+
+
+# -- Inductor and CLI side: TensorMeta in, problem or Decline out ---------------------------
+
+
+def problem_from_metas(aten_op: str, inputs: list, out, scalars: dict):
+    """``inputs`` are the node's operands as TensorMeta: (a, b) for mm, (bias, a, b) for addmm."""
+    from ..base import Decline
+    from .eligibility import check_problem
+
+    if aten_op == "addmm":
+        alpha, beta = scalars.get("alpha", 1), scalars.get("beta", 1)
+        if not all(isinstance(s, (int, float)) for s in (alpha, beta)):
+            return Decline("shape", "symbolic alpha/beta")
+        bias, a, b = inputs
+    else:
+        (a, b), bias = inputs, None
+    return check_problem(a, b, out, bias)
+
+
+def configs_for(problem, breadth: str):
+    from .config import configs_for as fit
+
+    return fit(problem, breadth)
+
+
+def call_kwargs(aten_op: str, scalars: dict) -> dict:
+    if aten_op != "addmm":
+        return {}
+    return {"alpha": float(scalars.get("alpha", 1)), "beta": float(scalars.get("beta", 1))}
+
+
+def explain_problem(aten_op: str, m: int, n: int, k: int, dtype, layout: str = "nt"):
+    """The problem a contiguous ``layout`` GEMM poses ('t' = stored transposed), or a Decline."""
+    from ..base import TensorMeta
+    from .eligibility import check_problem
+
+    a = TensorMeta((m, k), (1, m), dtype) if layout[0] == "t" else TensorMeta.contiguous((m, k), dtype)
+    b = TensorMeta((k, n), (1, k), dtype) if layout[1] == "t" else TensorMeta.contiguous((k, n), dtype)
+    out = TensorMeta.contiguous((m, n), dtype)
+    bias = TensorMeta((m, n), (0, 1), dtype) if aten_op == "addmm" else None
+    return check_problem(a, b, out, bias)
+
+
+# -- the custom ops' body ---------------------------------------------------------------------
+
+
+@dataclass
+class DenseCall:
+    cfg_key: str
+    a: Any
+    b: Any
+    out: Any
+    bias: Optional[Any] = None
+    alpha: float = 1.0
+    beta: float = 0.0
+
+
+def parse_call(custom_op: str, args: tuple, kwargs: dict) -> DenseCall:
+    if custom_op == "dense_mm_out":
+        a, b = args
+        return DenseCall(kwargs["cfg"], a, b, kwargs["out"])
+    bias, a, b = args
+    return DenseCall(kwargs["cfg"], a, b, kwargs["out"], bias, float(kwargs.get("alpha", 1.0)), float(kwargs.get("beta", 1.0)))
+
+
+def check_call(call: DenseCall):
+    """(config, problem) for these operands, or a Decline. Layouts chosen at compile time can
+    still differ at run time (a cached graph fed other strides, an input whose flexible layout
+    was fixed later), so the custom op re-checks what it got. Raises ValueError for a key that
+    is not a dense config."""
+    from ..base import Decline, TensorMeta
+    from .config import DenseGemmConfig, config_fits
+    from .eligibility import check_problem
+
+    cfg = DenseGemmConfig.from_key(call.cfg_key)
+    meta = lambda t: None if t is None else TensorMeta.of(t)  # noqa: E731
+    problem = check_problem(meta(call.a), meta(call.b), meta(call.out), meta(call.bias))
+    if isinstance(problem, Decline):
+        return problem
+    return config_fits(cfg, problem) or (cfg, problem)
+
+
+def execute(executor: str, cfg, problem, call: DenseCall) -> None:
+    """Run the checked ``problem`` (the gate ran once for this call, in ``check_call``)."""
+    if executor == "reference-standin":
+        # Plumbing tests only (named so in every test that uses it): not a FlyDSL kernel.
+        from .reference import reference
+
+        result = reference(call.a, call.b, call.bias, call.alpha, call.beta, device=call.out.device)
+        call.out.copy_(result.to(call.out.dtype))
+    elif executor == "emulator":
+        from .emulated import run_emulated
+
+        run_emulated(cfg, call.a, call.b, call.out, call.bias, call.alpha, call.beta, problem=problem)
+    else:
+        from .launcher import launch
+
+        launch(cfg, call.a, call.b, call.out, bias=call.bias, alpha=call.alpha, beta=call.beta, problem=problem)
+
+
+def torch_fallback(call: DenseCall) -> None:
+    import torch
+
+    if call.bias is None:
+        torch.mm(call.a, call.b, out=call.out)
+    else:
+        torch.addmm(call.bias.expand(call.out.shape), call.a, call.b, beta=call.beta, alpha=call.alpha, out=call.out)
