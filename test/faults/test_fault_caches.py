@@ -27,12 +27,17 @@ import faultkit as fk
 # -- the plugin's cache dir (<inductor cache>/torch_flydsl) -----------------------------------
 
 
+def unusable_cache(path) -> str:
+    return (f"OSError: torch_flydsl cannot use its cache directory {path}: FileExistsError: [Errno 17] File exists: "
+            f"'{path}' (check TORCHINDUCTOR_CACHE_DIR / FLYDSL_RUNTIME_CACHE_DIR)")
+
+
 @pytest.mark.compile
 def test_plugin_cache_dir_unusable_cold_the_choice_is_dropped_naming_the_path(tmp_path):
     cache = tmp_path / "inductor"
     blocked = fk.block_plugin_cache(cache)
     r = fk.run_model(cache, tmp_path, fk.EMULATOR).ok()
-    assert r.dropped_lines() == [fk.DROPPED + f"FileExistsError: [Errno 17] File exists: '{blocked}'"]
+    assert r.dropped_lines() == [fk.DROPPED + unusable_cache(blocked)]
     assert r.fallback_lines() == [] and not r.flydsl_called and r.result["emulated"] == 0
 
 
@@ -41,7 +46,7 @@ def test_plugin_cache_dir_unusable_warm_the_cached_op_falls_back_naming_the_path
     blocked = fk.block_plugin_cache(warm_copy)
     r = fk.run_model(warm_copy, tmp_path, fk.EMULATOR).ok()
     assert r.result["fx_hits"] == 1 and r.flydsl_called and r.result["emulated"] == 0
-    assert r.fallback_lines() == [fk.FALLBACK + f"FileExistsError: [Errno 17] File exists: '{blocked}'"]
+    assert r.fallback_lines() == [fk.FALLBACK + unusable_cache(blocked)]
 
 
 @pytest.mark.emulator
@@ -120,10 +125,11 @@ def device_compile(tmp_path, flydsl_cache) -> dict:
 
 
 @pytest.mark.compile
-def test_device_compile_with_unwritable_flydsl_cache_dir_raises_an_error_naming_it(tmp_path):
+def test_device_compile_with_unwritable_flydsl_cache_dir_compiles_in_memory(tmp_path):
+    # FlyDSL's disk cache is an optimisation: an unusable one switches it off (one warning
+    # naming the directory) instead of turning FlyDSL off.
     blocked = fk.blocked_dir(tmp_path)
-    r = device_compile(tmp_path, blocked)
-    assert r == {"error": f"NotADirectoryError: [Errno 20] Not a directory: '{blocked}/launch'", "oserror": True}
+    assert device_compile(tmp_path, blocked) == {"compiled": "CompiledFunction"}
 
 
 @pytest.mark.compile

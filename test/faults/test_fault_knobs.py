@@ -24,7 +24,7 @@ BAD = {
     "TORCH_FLYDSL_AUTOTUNE": ("sometimes", "'0'"),
     "TORCH_FLYDSL_INTREE_POLICY": ("sometimes", "'defer'"),
     "TORCH_FLYDSL_EXECUTOR": ("gpu", "'device'"),
-    "TORCH_FLYDSL_LOG": ("verbose", "''"),
+    "TORCH_FLYDSL_LOG": ("verbose", "'(unset)'"),
 }
 ALONE = "TORCH_FLYDSL_EXECUTOR"
 
