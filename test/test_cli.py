@@ -72,3 +72,18 @@ def test_demo_compiles_for_gfx950_and_checks_results_in_the_emulator():
     assert "Compiled for gfx950" in out
     assert out.count("torch.ops.torch_flydsl.") == 2
     assert out.strip().endswith("demo: OK")
+
+
+def test_attention_row_reads_aotriton_from_the_files_a_rocm_wheel_ships(tmp_path):
+    from torch_flydsl.runtime.attention import aotriton_summary
+
+    lib = tmp_path / "lib"
+    (lib / "aotriton.images" / "amd-gfx950").mkdir(parents=True)
+    (lib / "aotriton.images" / "amd-gfx942").mkdir()
+    (lib / "libaotriton_v2.so.0.11.1").write_bytes(b"")
+    (lib / "libaotriton_v2.so.0.9.2").write_bytes(b"")
+    s = aotriton_summary(lib)
+    assert s.startswith("AOTriton 0.11.1; gfx950 kernels: yes")
+    (lib / "aotriton.images" / "amd-gfx950").rmdir()
+    assert "gfx950 kernels: no (images for gfx942)" in aotriton_summary(lib)
+    assert "gfx950 support unknown" in aotriton_summary(tmp_path / "nothing")
