@@ -1,0 +1,149 @@
+"""The MX scaled GEMM family, compiled for gfx950 and executed in the emulator.
+
+Each case runs on fresh random MX codes and random E8M0 scales that vary per 32-block along K
+(and per row/column), against the family's exact float64 reference, with the harness's
+checks: no checker finding, every output element written, no byte changed outside the output
+(whole storages of every operand, scale and output are watched).
+
+Accuracy contract (``emulate_scaled``): the inputs are exact, so a correct kernel's only
+errors are fp32 accumulation and the final rounding. The baseline is what an fp32-accumulating
+implementation computes from the exact inputs (``reference.fp32_accumulated``: each 32-block's
+scaled dot products exact, summed block by block in fp32, bias in fp32, rounded once); the
+kernel's max error against the float64 reference may be at most 2x the baseline's own, plus
+2^-16 of max|ref| (room for another fp32 summation order; far below one bf16/fp16 rounding,
+so a wrong scale, a lost block or a double rounding fails).
+
+The scaled MFMA follows AMD's hardware semantics in the emulator (FP8 operands as two runs of
+16 K values per lane, each scale byte applying to an instruction K block), so these tests hold
+the kernel to the hardware, not to FlyDSL's MFMA_Scale atom.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pytest
+import torch
+
+pytest.importorskip("flydsl")
+
+from torch_flydsl.emulator import BaselineTolerance, run_and_compare  # noqa: E402
+from torch_flydsl.templates.base import TensorMeta  # noqa: E402
+from torch_flydsl.templates.scaled_gemm import (  # noqa: E402
+    BASELINE,
+    ScaledGemmConfig,
+    ScaledGemmProblem,
+    check_problem,
+    compile_args,
+    config_fits,
+    reference,
+    search_space,
+)
+from torch_flydsl.templates.scaled_gemm.problem import DTYPE_OF_FORMAT, FORMATS, SCALE_DTYPE  # noqa: E402
+from torch_flydsl.templates.scaled_gemm.reference import fp32_accumulated  # noqa: E402
+
+from dense_cases import on_storage, stored  # noqa: E402
+
+pytestmark = pytest.mark.emulator
+
+FACTOR = 2.0
+FLOOR = 2.0**-16
+SCALES = (119, 135)  # E8M0 codes 2^-8 .. 2^8 by default
+FP16_SCALES = (112, 122)  # keeps random sums inside float16's range
+
+
+def mx_codes(size: int, fmt: str, g: torch.Generator, specials: bool = False) -> torch.Tensor:
+    """Random bytes of an MX format; without ``specials``, NaN/Inf codes become finite ones."""
+    c = torch.randint(0, 256, (size,), generator=g, dtype=torch.uint8)
+    if not specials:
+        if fmt == "e4m3":
+            c[(c & 0x7F) == 0x7F] ^= 1  # NaN -> +-448
+        elif fmt == "e5m2":
+            c[(c & 0x7C) == 0x7C] &= 0xFB  # Inf/NaN -> finite (exponent 30)
+    return c
+
+
+def mx_matrix(rows, k, fmt, g, pad=0, offset=0, tight=False, specials=False):
+    """A K-contiguous ``[rows, K]`` MX matrix (A as is; B is its transpose) with a leading stride
+    of its K bytes rounded up to 16 plus ``pad`` bytes and ``offset`` bytes into its storage;
+    returns (view in the MX dtype, backing uint8 storage). ``tight``: the storage ends at the
+    matrix's last byte."""
+    kb = FORMATS[fmt].row_bytes(k)
+    lead = -(-kb // 16) * 16 + pad
+    size = offset + lead * (rows - 1) + kb if tight else offset + lead * rows
+    base = mx_codes(size, fmt, g, specials)
+    return base.view(DTYPE_OF_FORMAT[fmt]).as_strided((rows, kb), (lead, 1), offset), base
+
+
+def scale_matrix(rows, k, g, codes=SCALES, extra_rows=0, pad=0, offset=0):
+    """``[rows + extra_rows, K/32]`` E8M0 scales (row-major, leading stride K/32 + ``pad``,
+    ``offset`` bytes in), random codes in ``codes`` (inclusive); (view, uint8 storage)."""
+    blocks = k // 32
+    total = rows + extra_rows
+    lead = blocks + pad
+    base = torch.randint(codes[0], codes[1] + 1, (offset + lead * total,), generator=g, dtype=torch.uint8)
+    return base.view(SCALE_DTYPE).as_strided((total, blocks), (lead, 1), offset), base
+
+
+@torch.no_grad()
+def emulate_scaled(cfg: ScaledGemmConfig, m, n, k, formats=("e4m3", "e4m3"), out_dtype=torch.bfloat16,
+                   bias: Optional[str] = None, pad=0, offset=0, tight=False, scales=SCALES, scale_rows_extra=0,
+                   scale_fn=None, seed=0):
+    """Run ``out = (A * 2^sa) @ (B * 2^sb) [+ bias]`` through the emulated kernel and check it
+    (harness + the accuracy contract above). ``pad``/``offset`` are in bytes for the operands
+    (multiples of 16) and scales (multiples of 4); the output gets ``pad // 2`` elements of row
+    padding and ``offset // 2`` elements of offset. ``bias``: None, "vector" or "expanded".
+    ``scale_fn(sa_view, sb_view)`` may overwrite the scale codes in place."""
+    g = torch.Generator().manual_seed(seed)
+    fa, fb = formats
+    a, a_base = mx_matrix(m, k, fa, g, pad, offset, tight)
+    bt, b_base = mx_matrix(n, k, fb, g, pad, offset, tight)
+    b = bt.t()
+    sa, sa_base = scale_matrix(m, k, g, scales, scale_rows_extra, pad // 4, offset // 4 * 4)
+    sb, sb_base = scale_matrix(n, k, g, scales, scale_rows_extra, pad // 4, offset // 4 * 4)
+    if scale_fn is not None:
+        scale_fn(sa.view(torch.uint8), sb.view(torch.uint8))
+    out, out_base = stored(m, n, "row", out_dtype, pad // 2, offset // 2, tight)
+    inputs = [a_base, b_base, sa_base, sb_base]
+    bias_t = None
+    if bias is not None:
+        vec = torch.randn(n, generator=g).to(out_dtype) * 64
+        bias_t = vec if bias == "vector" else vec.expand(m, n)
+        inputs.append(vec)
+    meta = [TensorMeta.of(t) for t in (a, b, sa, sb, out)]
+    problem = check_problem(*meta, TensorMeta.of(bias_t) if bias_t is not None else None)
+    assert isinstance(problem, ScaledGemmProblem), problem
+    assert config_fits(cfg, problem) is None, config_fits(cfg, problem)
+    jit_fn, args = compile_args(cfg, a, b, sa, sb, out, bias_t)
+    bias_vec = None if bias_t is None else (bias_t if bias_t.dim() == 1 else bias_t[0])
+    tolerance = BaselineTolerance(
+        lambda: on_storage(fp32_accumulated(a, b, sa, sb, bias_vec, out_dtype), out, out_base), FACTOR, FLOOR
+    )
+
+    def expected():
+        ref = reference(a, b, sa, sb, bias_vec)
+        # The contract compares finite numbers: a case whose result overflows the output dtype
+        # would pass vacuously (inf - inf), so it is a broken test, not a passing kernel.
+        assert torch.isfinite(ref.to(out_dtype)).all(), "test data overflows the output dtype"
+        return on_storage(ref, out, out_base)
+
+    return run_and_compare(jit_fn, args, expected, inputs=inputs, outputs=[out_base], tolerance=tolerance,
+                           randomize=False)
+
+
+FORMAT_PAIRS = [("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e2m1", "e2m1"), ("e4m3", "e2m1"), ("e2m1", "e4m3"),
+                ("e4m3", "e5m2")]
+SMALL = ScaledGemmConfig(32, 32, 256, 1, 2, 2, 0)
+
+
+@pytest.mark.parametrize("formats", FORMAT_PAIRS, ids="x".join)
+def test_formats_with_scales_varying_per_block_and_tails(formats):
+    # M and N tails, two K tiles of two MFMA steps each: every scale block of a row differs.
+    rep = emulate_scaled(SMALL, 40, 36, 512, formats, seed=hash(formats) % 1000)
+    assert rep.ok, rep
+
+
+def test_fp16_output_with_bias_padding_and_offsets():
+    rep = emulate_scaled(SMALL, 33, 40, 256, ("e4m3", "e2m1"), out_dtype=torch.float16, bias="vector", pad=16,
+                         offset=16, scales=FP16_SCALES)
+    assert rep.ok, rep

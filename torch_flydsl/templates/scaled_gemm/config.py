@@ -1,0 +1,273 @@
+"""Tile configurations of the MX scaled GEMM kernel, their search spaces and per-problem checks.
+
+Cheap to import: no FlyDSL, no kernel code (Inductor choice generation and ``explain`` call it).
+
+The kernel (``kernel.py``) is fixed to one MFMA, ``v_mfma_scale_f32_16x16x128_f8f6f4`` on
+wave64, which consumes 128 K values per instruction; ``block_k`` (logical K values per tile)
+is 128, 256 or 512 (1, 2 or 4 MFMA K steps, as a lane's 32-bit scale word holds at most 4
+E8M0 bytes). A/B tiles move through LDS with gfx950's async buffer->LDS DMA, 16 bytes per lane
+per instruction, and the E8M0 scale tiles with its 4-byte variant. The byte sizes of a tile
+depend on the operand formats (one byte per MXFP8 value, half a byte per MXFP4 value), so some
+checks take the formats.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import astuple, dataclass
+from typing import Optional
+
+import torch
+
+from ..base import Decline
+from ..dense_gemm.config import (
+    DMA_BYTES,
+    DenseGemmConfig,
+    LDS_LIMIT_BYTES,
+    MAX_ACC_REGS_PER_LANE,
+    MAX_THREADS,
+    MAX_VMCNT,
+    WAVE_SIZE,
+    c_lds_row_stride,
+)
+from .problem import FORMATS, OUT_DTYPES, SCALE_BLOCK, MxFormat, ScaledGemmProblem
+
+# Bump whenever the kernel's source semantics change (it is part of every cache key).
+KERNEL_VERSION = "scaled_gemm-1"
+
+MMA_M, MMA_N, MMA_K = 16, 16, 128  # v_mfma_scale_f32_16x16x128_f8f6f4
+MAX_STEPS = 4  # MFMA K steps per tile: opsel picks one of the 4 bytes of a lane's scale word
+SCALE_DMA_BYTES = 4  # one async 32-bit DMA per (row, 128 K values) of a scale tile
+KEY_PREFIX = "mx_"
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class TileBytes:
+    """Byte geometry of one K tile for given operand formats (what the DMA and LDS see)."""
+
+    a_row: int  # bytes of one A row in a K tile
+    b_row: int
+    a_dma: int  # 16-byte DMAs per thread per K tile (A data)
+    b_dma: int
+    sa_dma: int  # 4-byte DMAs per thread per K tile (A scales; the last may be padding)
+    sb_dma: int
+    threads: int
+    exact: bool  # every data tile splits evenly into 16-byte vectors over the threads
+
+    @property
+    def loads_per_tile(self) -> int:
+        return self.a_dma + self.b_dma + self.sa_dma + self.sb_dma
+
+    @property
+    def scale_slots_a(self) -> int:
+        """Dwords of one A-scale stage in LDS (padded to whole DMA rounds)."""
+        return self.sa_dma * self.threads
+
+    @property
+    def scale_slots_b(self) -> int:
+        return self.sb_dma * self.threads
+
+
+@dataclass(frozen=True)
+class ScaledGemmConfig:
+    """One tile configuration. Every field is a compile-time constant of the kernel."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 128  # logical K values per tile (a multiple of 128, at most 512)
+    m_waves: int = 2
+    n_waves: int = 2
+    stages: int = 2  # LDS buffers; stages-1 K tiles are in flight ahead of compute
+    group_m: int = 0  # group-M block swizzle for L2 reuse; 0 = row-major block order
+
+    @property
+    def waves(self) -> int:
+        return self.m_waves * self.n_waves
+
+    @property
+    def threads(self) -> int:
+        return self.waves * WAVE_SIZE
+
+    @property
+    def steps(self) -> int:
+        """MFMA K steps (128 K values each) per tile."""
+        return self.block_k // MMA_K
+
+    @property
+    def acc_regs_per_lane(self) -> int:
+        return (self.block_m // self.m_waves) * (self.block_n // self.n_waves) // WAVE_SIZE
+
+    def key(self) -> str:
+        # The dense family's key of the same seven fields, marked as this family's.
+        return KEY_PREFIX + DenseGemmConfig(*astuple(self)).key()
+
+    @classmethod
+    def from_key(cls, key: str) -> "ScaledGemmConfig":
+        if not key.startswith(KEY_PREFIX):
+            raise ValueError(f"not a scaled GEMM config key: {key!r}")
+        return cls(*astuple(DenseGemmConfig.from_key(key[len(KEY_PREFIX):])))
+
+    def __str__(self) -> str:
+        return self.key()
+
+    def tile_bytes(self, a: MxFormat, b: MxFormat) -> TileBytes:
+        a_row, b_row = a.row_bytes(self.block_k), b.row_bytes(self.block_k)
+        a_vec, b_vec = self.block_m * a_row // DMA_BYTES, self.block_n * b_row // DMA_BYTES
+        t = self.threads
+        scale_dwords = self.steps  # per row: one byte per 32 K values
+        return TileBytes(
+            a_row, b_row, a_vec // t, b_vec // t,
+            _ceil_div(self.block_m * scale_dwords, t), _ceil_div(self.block_n * scale_dwords, t),
+            t, a_vec % t == 0 and b_vec % t == 0,
+        )
+
+    def lds_bytes(self, a: MxFormat, b: MxFormat, out_dtype: torch.dtype = torch.bfloat16) -> int:
+        """Static LDS: the A/B data and scale stages, aliased by the epilogue's padded C tile."""
+        tb = self.tile_bytes(a, b)
+        stage = (self.block_m * tb.a_row + self.block_n * tb.b_row
+                 + SCALE_DMA_BYTES * (tb.scale_slots_a + tb.scale_slots_b))
+        c = self.block_m * c_lds_row_stride(self.block_n) * out_dtype.itemsize
+        return max(self.stages * stage, c)
+
+    def static_problems(self) -> list[str]:
+        """Why this config cannot compile for any formats (empty when it can)."""
+        p = []
+        if min(self.block_m, self.block_n, self.block_k, self.m_waves, self.n_waves) <= 0:
+            return ["tile sizes and wave counts must be positive"]
+        if self.block_m % (MMA_M * self.m_waves):
+            p.append(f"block_m={self.block_m} is not a multiple of {MMA_M} x m_waves={self.m_waves}")
+        if self.block_n % (MMA_N * self.n_waves):
+            p.append(f"block_n={self.block_n} is not a multiple of {MMA_N} x n_waves={self.n_waves}")
+        if self.block_k % MMA_K or not 1 <= self.block_k // MMA_K <= MAX_STEPS:
+            p.append(f"block_k={self.block_k} is not 128, 256 or 512 (MFMA K steps of 128, at most "
+                     f"{MAX_STEPS} per scale word)")
+        if self.threads > MAX_THREADS:
+            p.append(f"{self.threads} threads exceed the workgroup limit {MAX_THREADS}")
+        if not 2 <= self.stages <= 4:
+            p.append(f"stages={self.stages} is outside 2..4")
+        if self.group_m < 0:
+            p.append("group_m must be >= 0")
+        if not p and self.acc_regs_per_lane > MAX_ACC_REGS_PER_LANE:
+            p.append(f"{self.acc_regs_per_lane} fp32 accumulators per lane exceed {MAX_ACC_REGS_PER_LANE}")
+        return p
+
+    def format_problems(self, a: MxFormat, b: MxFormat, out_dtype: torch.dtype = torch.bfloat16) -> list[str]:
+        """Why this (statically valid) config cannot compile for operand formats ``a`` x ``b``."""
+        p = []
+        tb = self.tile_bytes(a, b)
+        for name, rows, row, fmt in (("A", self.block_m, tb.a_row, a), ("B", self.block_n, tb.b_row, b)):
+            vectors = rows * row // DMA_BYTES
+            if vectors % self.threads:
+                p.append(f"{name} tile ({rows} x {self.block_k} {fmt.name}) has {vectors} 16-byte vectors, "
+                         f"not a multiple of {self.threads} threads")
+        lds = self.lds_bytes(a, b, out_dtype)
+        if lds > LDS_LIMIT_BYTES:
+            p.append(f"LDS {lds} B exceeds {LDS_LIMIT_BYTES} B")
+        in_flight = (self.stages - 2) * tb.loads_per_tile
+        if not p and in_flight > MAX_VMCNT:
+            p.append(f"{in_flight} DMA loads in flight per thread exceed the vmcnt limit {MAX_VMCNT}")
+        return p
+
+    def is_valid(self) -> bool:
+        return not self.static_problems()
+
+    def fits_formats(self, a: MxFormat, b: MxFormat, out_dtype: torch.dtype = torch.bfloat16) -> bool:
+        return not self.static_problems() and not self.format_problems(a, b, out_dtype)
+
+
+BASELINE = ScaledGemmConfig(128, 128, 128, 2, 2, 2, 0)
+
+# Hand-picked. Decode (M <= 32): without split-K, narrow N tiles put enough workgroups in
+# flight: 32 x 16 tiles give 256 workgroups at M=32, N=4096 (one per MI355X CU), with deep
+# K tiles (512) and 3-4 stages so that each CU keeps several KiB of B in flight.
+CURATED = (
+    BASELINE,
+    ScaledGemmConfig(32, 16, 512, 1, 1, 3, 0),
+    ScaledGemmConfig(16, 16, 512, 1, 1, 4, 0),
+    ScaledGemmConfig(16, 32, 512, 1, 2, 3, 0),
+    ScaledGemmConfig(32, 64, 256, 1, 2, 3, 0),
+    ScaledGemmConfig(64, 64, 256, 2, 2, 3, 0),
+    ScaledGemmConfig(64, 128, 256, 2, 2, 2, 0),
+    ScaledGemmConfig(128, 64, 256, 2, 2, 2, 0),
+    ScaledGemmConfig(128, 128, 128, 2, 2, 3, 8),
+    ScaledGemmConfig(128, 128, 256, 2, 2, 2, 8),
+    ScaledGemmConfig(256, 128, 128, 4, 2, 2, 8),
+    ScaledGemmConfig(128, 256, 128, 2, 4, 2, 8),
+)
+
+_EXHAUSTIVE_AXES = dict(
+    block_m=(16, 32, 64, 128, 256),
+    block_n=(16, 32, 64, 128, 256),
+    block_k=(128, 256, 512),
+    m_waves=(1, 2, 4),
+    n_waves=(1, 2, 4),
+    stages=(2, 3, 4),
+    group_m=(0, 8),
+)
+
+
+def search_space(breadth: str = "curated") -> list[ScaledGemmConfig]:
+    """Configs to try: ``baseline`` (one), ``curated`` (short list) or ``exhaustive`` (every
+    config that compiles for at least one pair of formats)."""
+    if breadth == "baseline":
+        return [BASELINE]
+    if breadth == "curated":
+        return list(CURATED)
+    if breadth == "exhaustive":
+        names = list(_EXHAUSTIVE_AXES)
+        out = []
+        pairs = list(itertools.product(FORMATS.values(), repeat=2))
+        for values in itertools.product(*_EXHAUSTIVE_AXES.values()):
+            cfg = ScaledGemmConfig(**dict(zip(names, values)))
+            if cfg.is_valid() and any(not cfg.format_problems(a, b) for a, b in pairs):
+                out.append(cfg)
+        return out
+    raise ValueError(f"unknown search-space breadth {breadth!r} (baseline, curated, exhaustive)")
+
+
+def config_fits(cfg: ScaledGemmConfig, problem: ScaledGemmProblem) -> Optional[Decline]:
+    """Can ``cfg`` compute ``problem`` exactly? None when it can, else a Decline with a reason.
+
+    The kernel handles any M and N (tails are masked on store; rows past M / columns past N
+    are clamped on load and only feed discarded outputs) and any leading strides. It has no K
+    tail: K must be a multiple of block_k. Alignment, scale layout and the 32-bit buffer
+    range are properties of the tensors, checked by the family's gate (``eligibility.py``).
+    """
+    static = cfg.static_problems()
+    if static:
+        return Decline("config", f"{cfg.key()}: " + "; ".join(static))
+    if problem.a_format not in FORMATS or problem.b_format not in FORMATS:
+        return Decline("dtype", f"unknown MX formats {problem.a_format} x {problem.b_format}")
+    if problem.out_dtype not in OUT_DTYPES:
+        return Decline("dtype", f"output dtype {problem.out_dtype} is not bfloat16 or float16")
+    by_format = cfg.format_problems(problem.a_fmt, problem.b_fmt, problem.out_dtype)
+    if by_format:
+        return Decline("config", f"{cfg.key()} with {problem.a_format} x {problem.b_format}: " + "; ".join(by_format))
+    if min(problem.m, problem.n, problem.k) <= 0:
+        return Decline("shape", f"empty problem M={problem.m} N={problem.n} K={problem.k}")
+    if problem.k % SCALE_BLOCK or problem.k % cfg.block_k:
+        return Decline(
+            "shape",
+            f"{cfg.key()}: K={problem.k} is not a multiple of block_k={cfg.block_k} (the kernel has no K tail)",
+        )
+    if max(problem.m, problem.n, problem.k) >= 2**31:
+        return Decline("shape", "M, N and K must fit in int32")
+    return None
+
+
+def configs_for(
+    problem: ScaledGemmProblem, breadth: str
+) -> tuple[list[ScaledGemmConfig], list[tuple[ScaledGemmConfig, Decline]]]:
+    """The configs of ``breadth`` that fit ``problem``, and the others with their reasons."""
+    fitting, declined = [], []
+    for cfg in search_space(breadth):
+        why = config_fits(cfg, problem)
+        if why is None:
+            fitting.append(cfg)
+        else:
+            declined.append((cfg, why))
+    return fitting, declined
