@@ -49,7 +49,7 @@ pytestmark = pytest.mark.emulator
 FACTOR = 2.0
 FLOOR = 2.0**-16
 SCALES = (119, 135)  # E8M0 codes 2^-8 .. 2^8 by default
-FP16_SCALES = (112, 122)  # keeps random sums inside float16's range
+FP16_SCALES = (106, 118)  # keeps random sums (K up to 1536) inside float16's range
 
 
 def mx_codes(size: int, fmt: str, g: torch.Generator, specials: bool = False) -> torch.Tensor:
@@ -146,4 +146,75 @@ def test_formats_with_scales_varying_per_block_and_tails(formats):
 def test_fp16_output_with_bias_padding_and_offsets():
     rep = emulate_scaled(SMALL, 33, 40, 256, ("e4m3", "e2m1"), out_dtype=torch.float16, bias="vector", pad=16,
                          offset=16, scales=FP16_SCALES)
+    assert rep.ok, rep
+
+
+def test_bias_expanded_to_m_by_n_is_read_as_a_vector():
+    rep = emulate_scaled(SMALL, 24, 40, 256, ("e2m1", "e2m1"), bias="expanded", seed=3)
+    assert rep.ok, rep
+
+
+def test_scale_rows_past_m_and_n_and_padded_scale_strides_are_never_read():
+    # torch 2.13's _scaled_mm on ROCm wants round_up(M, 128) rows of scales; the padding rows
+    # and the padding of each scale row must stay untouched and unread (their codes are NaN
+    # here: a read would show in the result).
+    def poison_padding(sa, sb):
+        sa[40:] = 0xFF
+        sb[36:] = 0xFF
+
+    rep = emulate_scaled(SMALL, 40, 36, 512, ("e4m3", "e2m1"), pad=16, offset=32, scale_rows_extra=88,
+                         scale_fn=poison_padding)
+    assert rep.ok, rep
+
+
+def test_operands_that_end_at_their_last_byte_are_read_in_bounds():
+    # Storages end right after each operand's last element (no padding after the last row);
+    # rows past M/N are clamped, never fetched past the end.
+    rep = emulate_scaled(SMALL, 38, 50, 256, ("e4m3", "e4m3"), tight=True, seed=5)
+    assert rep.ok, rep
+
+
+def test_one_k_tile_in_a_four_stage_pipeline():
+    cfg = ScaledGemmConfig(16, 16, 512, 1, 1, 4)
+    rep = emulate_scaled(cfg, 10, 20, 512, ("e4m3", "e2m1"), seed=6)
+    assert rep.ok, rep
+
+
+def test_many_k_tiles_wrap_three_stages():
+    cfg = ScaledGemmConfig(32, 32, 128, 1, 1, 3)
+    rep = emulate_scaled(cfg, 32, 32, 7 * 128, ("e5m2", "e4m3"), seed=7)
+    assert rep.ok, rep
+
+
+def test_group_m_block_order_over_many_tiles():
+    cfg = ScaledGemmConfig(16, 16, 128, 1, 1, 2, 2)  # 5 x 3 tiles, group-M 2
+    rep = emulate_scaled(cfg, 16 * 5 - 3, 16 * 3, 256, ("e2m1", "e2m1"), seed=8)
+    assert rep.ok, rep
+
+
+CURATED = search_space("curated")
+OUTS = (torch.bfloat16, torch.float16)
+
+
+@pytest.mark.parametrize("i", range(len(CURATED)), ids=[c.key() for c in CURATED])
+def test_every_curated_config(i):
+    # Every shipped config: M and N tails, three K tiles (the pipeline wraps its stages),
+    # padded leading strides and storage offsets, formats / output dtype / bias rotating.
+    cfg = CURATED[i]
+    m, n, k = 2 * cfg.block_m - 8, cfg.block_n + 24, 3 * cfg.block_k
+    out = OUTS[i % 2]
+    rep = emulate_scaled(cfg, m, n, k, FORMAT_PAIRS[i % len(FORMAT_PAIRS)], out_dtype=out,
+                         bias="vector" if i % 3 == 0 else None, pad=16, offset=16,
+                         scales=SCALES if out == torch.bfloat16 else FP16_SCALES, seed=i)
+    assert rep.ok, rep
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bias", [None, "vector"])
+@pytest.mark.parametrize("out", OUTS, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("formats", FORMAT_PAIRS, ids="x".join)
+@pytest.mark.parametrize("cfg", CURATED, ids=str)
+def test_every_curated_config_format_output_and_bias(cfg, formats, out, bias):
+    rep = emulate_scaled(cfg, 2 * cfg.block_m - 8, cfg.block_n + 24, 2 * cfg.block_k, formats, out_dtype=out,
+                         bias=bias, pad=16, offset=16, scales=SCALES if out == torch.bfloat16 else FP16_SCALES)
     assert rep.ok, rep
