@@ -595,14 +595,23 @@ def test_scaled_mfma_fp8_times_fp4_with_e8m0_block_scales(opsel_b):
 """
     run("%A: !llvm.ptr<1>, %B: !llvm.ptr<1>, %C: !llvm.ptr<1>, %SA: !llvm.ptr<1>, %SB: !llvm.ptr<1>, %out: !llvm.ptr<1>",
         body, [a_codes, b_packed, c, sa, sb, out])
-    # Independent reference: torch decodes e4m3; lane l holds row l%16, K block l//16 (32 values)
-    a_vals = a_codes.view(torch.float8_e4m3fn).double().numpy() * np.exp2(sa.numpy() - 127.0)[:, None]
-    b_vals = _decode_fp4(b_codes.numpy()) * np.exp2(sb_bytes.numpy() - 127.0)[:, None]
+    # Independent reference (AMD's description, see test_scaled_mfma_hw_semantics.py for sources):
+    # lane l holds row/column l%16; FP8 value j is k = 64*(j//16) + 16*(l//16) + j%16 (two runs
+    # of 16), FP4 value j is k = 32*(l//16) + j; the scale of row/column i, K block b is in lane
+    # 16*b + i (byte opsel), whatever lane holds the data.
+    a_vals = a_codes.view(torch.float8_e4m3fn).double().numpy()
+    b_vals = _decode_fp4(b_codes.numpy())
     A = np.zeros((16, 128))
     B = np.zeros((128, 16))
     for lane in range(64):
-        A[lane % 16, 32 * (lane // 16):32 * (lane // 16) + 32] = a_vals[lane]
-        B[32 * (lane // 16):32 * (lane // 16) + 32, lane % 16] = b_vals[lane]
+        for j in range(32):
+            A[lane % 16, 64 * (j // 16) + 16 * (lane // 16) + j % 16] = a_vals[lane, j]
+            B[32 * (lane // 16) + j, lane % 16] = b_vals[lane, j]
+    sa_of = np.exp2(sa.numpy() - 127.0)  # lane 16*b + i -> row i, block b
+    sb_of = np.exp2(sb_bytes.numpy() - 127.0)
+    for k in range(128):
+        A[:, k] *= sa_of[16 * (k // 32) + np.arange(16)]
+        B[k, :] *= sb_of[16 * (k // 32) + np.arange(16)]
     D = A @ B
     expect = np.array([[D[4 * (l // 16) + j, l % 16] + c[l, j].item() for j in range(4)] for l in range(64)])
     np.testing.assert_allclose(out.numpy(), expect, rtol=1e-5, atol=1e-4)

@@ -121,6 +121,28 @@ class Translator:
         self.lds_offsets = lds_offsets
         self.host = host
         self.launches = []  # host: filled by gpu.launch_func
+        self._constants = None  # value id -> attribute value of its arith/llvm constant
+
+    def constant_of(self, value_id: int):
+        """``(True, value)`` if ``value_id`` is defined by ``arith.constant`` / ``llvm.mlir.constant``,
+        else ``(False, None)``: lets an op tell compile-time constants from run-time values."""
+        if self._constants is None:
+            consts = {}
+
+            def walk(blk):
+                for n in blk.ops:
+                    if n.name in ("arith.constant", "llvm.mlir.constant") and n.results:
+                        consts[n.results[0]] = n.attrs.get("value")
+                    for r in n.regions:
+                        for b in r:
+                            walk(b)
+
+            for f in list(self.program.kernels.values()) + list(self.program.host_funcs.values()):
+                walk(f.body)
+            self._constants = consts
+        if value_id in self._constants:
+            return True, self._constants[value_id]
+        return False, None
 
     def block_may_yield(self, blk: Block) -> bool:
         for n in blk.ops:

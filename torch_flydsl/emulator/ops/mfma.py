@@ -141,6 +141,17 @@ def _full(x, lanes):
 
 
 # ---- gfx950 scaled MFMA (f8f6f4 with per-32 E8M0 block scales) -------------------------------
+#
+# Hardware semantics (sources in the emulator README, "Scaled MFMA"): for
+# v_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4 lane l holds row (A) / column (B) ``l % M``
+# and 32 values of K in its packed register; G = 64 / M lane groups, g = l // M.
+#   FP8/BF8 (8-bit): two runs of 16:  value j -> k = (K/2)*(j // 16) + 16*g + j % 16
+#   FP6/BF6, FP4:    32 consecutive:  value j -> k = 32*g + j
+# The E8M0 scale of row/column i, K block b (k in [32b, 32b+32)) is the byte selected by
+# opsel of the scale operand of lane ``M*b + i``: for FP8 a lane's scale is NOT the scale of
+# its own data. Per block, D += 2^(sa-127) * 2^(sb-127) * sum_k A*B; 0xFF (NaN) -> NaN.
+# FlyDSL 0.5.0's MFMA_Scale atom describes every format as 32 consecutive k (= the FP4/FP6
+# order); for FP8/BF8 the hardware order above wins.
 
 _FORMATS = {  # matrix_format attribute -> (bits, decoder format)
     "fp8_e4m3": (8, "f8E4M3FN"),
@@ -149,7 +160,58 @@ _FORMATS = {  # matrix_format attribute -> (bits, decoder format)
     "fp6_e3m2": (6, "f6E3M2FN"),
     "fp4_e2m1": (4, "f4E2M1FN"),
 }
-_FORMAT_CODES = list(_FORMATS)
+_FORMAT_CODES = list(_FORMATS)  # cbsz / blgp codes 0..4
+
+SCALE_BLOCK_K = 32  # K elements per E8M0 scale
+SCALED_SHAPES = {16: 128, 32: 64}  # M (= N) -> K
+
+#: finding kind: a scale operand of a scaled MFMA is a compile-time constant (see README)
+SCALED_MFMA_CONSTANT_SCALE = "scaled_mfma_constant_scale"
+
+
+def _check_scaled_shape(m: int, k: int):
+    if SCALED_SHAPES.get(m) != k:
+        raise UnsupportedOp(f"mfma.scale {m}x{m}x{k}", "only 16x16x128 and 32x32x64 exist")
+
+
+@lru_cache(maxsize=None)
+def scaled_mfma_operand_layout(m: int, k: int, bits: int):
+    """Hardware register layout of one scaled-MFMA operand (A or B) in the given format.
+
+    Returns ``(index, kk)``, each (64, 32): value j of lane l is element ``(index, kk)`` of
+    A (index = row) or of B (index = column, kk = row of B).
+    """
+    _check_scaled_shape(m, k)
+    if bits not in (4, 6, 8):
+        raise UnsupportedOp(f"mfma.scale operand of {bits} bits")
+    lane = np.arange(WAVE)[:, None]
+    j = np.arange(SCALE_BLOCK_K)[None, :]
+    g = lane // m
+    if bits == 8:
+        kk = (k // 2) * (j // 16) + 16 * g + j % 16
+    else:
+        kk = SCALE_BLOCK_K * g + j
+    index = np.broadcast_to(lane % m, kk.shape)
+    return index, kk
+
+
+@lru_cache(maxsize=None)
+def scaled_mfma_scale_lanes(m: int, k: int):
+    """(m, K/32) table: the lane whose scale operand carries the scale of row/column i, block b."""
+    _check_scaled_shape(m, k)
+    i = np.arange(m)[:, None]
+    b = np.arange(k // SCALE_BLOCK_K)[None, :]
+    return m * b + i
+
+
+def scale_bytes(scale: np.ndarray, opsel: int) -> np.ndarray:
+    """The E8M0 byte that opsel selects from each lane's 32-bit scale operand."""
+    return ((scale.astype(np.int64) >> (8 * opsel)) & 0xFF).astype(np.uint8)
+
+
+def decode_e8m0(codes: np.ndarray) -> np.ndarray:
+    """E8M0 -> float64: 2^(code-127), 0xFF is NaN (OCP MX)."""
+    return decode_narrow(codes, "f8E8M0FNU")
 
 
 def _matrix_format(attr, n):
@@ -178,6 +240,39 @@ def _unpack_elems(x: np.ndarray, t: TypeInfo, bits: int, count: int) -> np.ndarr
     return (allbits * weights).sum(axis=2).astype(np.uint8)
 
 
+def _as_int(v):
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _constant_scale_note(consts, opsel_a, opsel_b):
+    """Finding text for constant scale operands (None if both are run-time values)."""
+    (ca, va), (cb, vb) = consts
+    if not (ca or cb):
+        return None
+    va, vb = _as_int(va), _as_int(vb)
+    if ca and cb and va == 0 and vb == 0:
+        return (
+            "both E8M0 scale operands are the constant 0: LLVM (FlyDSL 0.5.0's, checked) then emits the "
+            "unscaled v_mfma_*_f8f6f4, so no scale is applied (the emulator computes that); E8M0 0x00 in a "
+            "VGPR would mean 2^-127. Pass explicit scales (0x7F7F7F7F = 1.0) to make the intent portable"
+        )
+    parts = []
+    for name, c, v, sel in (("A", ca, va, opsel_a), ("B", cb, vb, opsel_b)):
+        if c and v is None:
+            parts.append(f"scale {name} is a compile-time constant")
+        elif c:
+            bits = v & 0xFFFFFFFF
+            parts.append(
+                f"scale {name} = constant 0x{bits:08x}: this LLVM moves it into a VGPR (llvm-project #158117), "
+                f"the hardware reads byte {sel} = 0x{(bits >> (8 * sel)) & 0xFF:02x}; a compiler that passes it as "
+                f"an inline constant/SGPR makes the hardware read bits [30:23] = 0x{(bits >> 23) & 0xFF:02x}"
+            )
+    return "; ".join(parts)
+
+
 @register("rocdl.mfma.scale.f32.16x16x128.f8f6f4", "rocdl.mfma.scale.f32.32x32x64.f8f6f4")
 def _mfma_scale(n, T):
     M, K = (16, 128) if "16x16x128" in n.name else (32, 64)
@@ -185,32 +280,48 @@ def _mfma_scale(n, T):
     b_bits, b_fmt = _matrix_format(n.attrs.get("blgp"), n)
     opsel_a = int(n.attrs.get("opselA", 0))
     opsel_b = int(n.attrs.get("opselB", 0))
-    (ar, ak), (bk, bc), (cr, cc) = mfma_layout(M, M, K)
-    vals = ar.shape[1]  # 32 per lane: exactly one 32-wide K block of one row -> one scale
+    if not (0 <= opsel_a <= 3 and 0 <= opsel_b <= 3):
+        raise UnsupportedOp(n.name, f"opsel {opsel_a}/{opsel_b} (a byte index 0..3)", n.loc)
+    ar, ak = scaled_mfma_operand_layout(M, K, a_bits)
+    bc, bk = scaled_mfma_operand_layout(M, K, b_bits)
+    lanes_of = scaled_mfma_scale_lanes(M, K)  # (M, K/32), same table for A rows and B columns
+    vals = ak.shape[1]  # 32 values per lane
+    nblk = K // SCALE_BLOCK_K
     a, b, c, sa, sb = n.operands[:5]
     ta, tb = n.operand_types[0], n.operand_types[1]
     r = n.results[0]
     far, fak, fbk, fbc = ar.ravel(), ak.ravel(), bk.ravel(), bc.ravel()
+    cr, cc = mfma_layout(M, M, K)[2]  # the usual accumulator layout
+    consts = (T.constant_of(sa), T.constant_of(sb))
+    note = _constant_scale_note(consts, opsel_a, opsel_b)
+    unscaled = note is not None and note.startswith("both E8M0")
 
     def step(W):
         e = W.env
         lanes = W.lanes
+        if lanes != WAVE:
+            raise UnsupportedOp(n.name, f"a wave of {lanes} lanes (MFMA needs all 64)", n.loc)
+        if note is not None and W.wg is not None:
+            W.wg.findings.add(SCALED_MFMA_CONSTANT_SCALE, note, n.loc, W.wg.block_id, W.wave_id)
         av = decode_narrow(_unpack_elems(_full(e[a], lanes), ta, a_bits, vals), a_fmt)
         bv = decode_narrow(_unpack_elems(_full(e[b], lanes), tb, b_bits, vals), b_fmt)
-        # lane l's E8M0 scale byte (selected by opsel) scales its own 32 values
-        sca = (_full(e[sa], lanes).astype(np.int64) >> (8 * opsel_a)) & 0xFF
-        scb = (_full(e[sb], lanes).astype(np.int64) >> (8 * opsel_b)) & 0xFF
-        av = av * decode_narrow(sca.astype(np.uint8), "f8E8M0FNU")[:, None]
-        bv = bv * decode_narrow(scb.astype(np.uint8), "f8E8M0FNU")[:, None]
-        cv = _full(e[c], lanes)
         A = np.zeros((M, K))
         B = np.zeros((K, M))
         A[far, fak] = av.ravel()
         B[fbk, fbc] = bv.ravel()
-        C = np.zeros((M, M))
-        C[cr, cc] = cv.reshape(lanes, -1)
+        cv = _full(e[c], lanes)
+        D = np.zeros((M, M))
+        D[cr, cc] = cv.reshape(lanes, -1)
+        if unscaled:
+            SA = np.ones((M, nblk))
+            SB = np.ones((M, nblk))
+        else:
+            SA = decode_e8m0(scale_bytes(_full(e[sa], lanes), opsel_a)[lanes_of])  # (M rows, blocks)
+            SB = decode_e8m0(scale_bytes(_full(e[sb], lanes), opsel_b)[lanes_of])  # (N cols, blocks)
         with np.errstate(all="ignore"):
-            D = A @ B + C
-        e[r] = D[cr, cc].astype(np.float32).reshape(cv.shape)
+            for blk in range(nblk):
+                ks = slice(SCALE_BLOCK_K * blk, SCALE_BLOCK_K * (blk + 1))
+                D = D + (SA[:, blk][:, None] * SB[:, blk][None, :]) * (A[:, ks] @ B[ks, :])
+            e[r] = D[cr, cc].astype(np.float32).reshape(cv.shape)  # overflow -> inf, as on hardware
 
     return step
