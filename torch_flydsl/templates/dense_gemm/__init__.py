@@ -7,6 +7,11 @@ reads the family descriptor (``family.FAMILY``) inside ``import torch``. The Fly
 
 import importlib
 
+# ``reference`` is both a submodule and the function it exports: once the submodule is imported
+# anywhere, Python binds the package attribute to the module and __getattr__ is never asked.
+# Importing it here (torch and typing only) makes the attribute the function, for good.
+from .reference import reference  # noqa: E402
+
 _EXPORTS = {
     "BASELINE": "config",
     "CURATED": "config",
@@ -21,10 +26,9 @@ _EXPORTS = {
     "grid_block": "launcher",
     "launch": "launcher",
     "GemmProblem": "problem",
-    "reference": "reference",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS) + ["reference"]
 
 
 def __getattr__(name):
