@@ -85,18 +85,18 @@ vmcnt waits: 6""")
 
 
 def test_decode_w4a8(tmp_path):
-    assert_expected_inline(summary("mx_m32n16k512_w1x1_s3_g0", ("e4m3", "e2m1"), tmp_path), """\
-flydsl_scaled_gemm_e4m3xe2m1_bf16_mx_m32n16k512_w1x1_s3_g0_b1: vgpr=86 agpr=0 sgpr=37 lds=63744 spills=0 scratch=0
-2 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[0,0,0] blgp:4
-2 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[1,1,0] blgp:4
-2 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[0,0,0] blgp:4
-2 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[1,1,0] blgp:4
-scaled mfma: 8
-16-byte DMA to LDS: 60
-4-byte DMA to LDS (scales): 9
-LDS operand reads: 21
-LDS scale reads: 3
-LDS writes: 8
+    assert_expected_inline(summary("mx_m32n16k512_w2x1_s3_g0", ("e4m3", "e2m1"), tmp_path), """\
+flydsl_scaled_gemm_e4m3xe2m1_bf16_mx_m32n16k512_w2x1_s3_g0_b1: vgpr=58 agpr=0 sgpr=37 lds=64512 spills=0 scratch=0
+1 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[0,0,0] blgp:4
+1 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[1,1,0] blgp:4
+1 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[0,0,0] blgp:4
+1 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[1,1,0] blgp:4
+scaled mfma: 4
+16-byte DMA to LDS: 30
+4-byte DMA to LDS (scales): 6
+LDS operand reads: 13
+LDS scale reads: 2
+LDS writes: 4
 global stores: 9
-barriers: 0
+barriers: 3
 vmcnt waits: 4""")

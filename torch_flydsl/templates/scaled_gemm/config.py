@@ -186,7 +186,7 @@ BASELINE = ScaledGemmConfig(128, 128, 128, 2, 2, 2, 0)
 # K tiles (512) and 3-4 stages so that each CU keeps several KiB of B in flight.
 CURATED = (
     BASELINE,
-    ScaledGemmConfig(32, 16, 512, 1, 1, 3, 0),
+    ScaledGemmConfig(32, 16, 512, 2, 1, 3, 0),
     ScaledGemmConfig(16, 16, 512, 1, 1, 4, 0),
     ScaledGemmConfig(16, 32, 512, 1, 2, 3, 0),
     ScaledGemmConfig(32, 64, 256, 1, 2, 3, 0),
