@@ -112,3 +112,9 @@ def test_flydsl_atom_k_order_is_caught_only_by_scales_that_vary_along_k(monkeypa
     # Mixed FP8 x FP4 pairs the wrong K values even with constant scales.
     rep = emulate_scaled(SMALL, 32, 32, 256, ("e4m3", "e2m1"), scale_fn=rowwise_scales, seed=14)
     assert not rep.ok, rep
+
+
+def test_decode_row_with_bias_on_the_decode_config():
+    cfg = ScaledGemmConfig(32, 16, 512, 2, 1, 3)  # the curated decode tile
+    rep = emulate_scaled(cfg, 1, 72, 1024, ("e4m3", "e2m1"), bias="vector", seed=15)
+    assert rep.ok, rep

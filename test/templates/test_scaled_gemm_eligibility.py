@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from torch_flydsl.templates.base import Decline, TensorMeta
-from torch_flydsl.templates.scaled_gemm import ScaledGemmProblem, check_problem
+from torch_flydsl.templates.scaled_gemm import ScaledGemmProblem, check_problem, contiguous_metas
 
 E4M3, E5M2, FP4 = torch.float8_e4m3fn, torch.float8_e5m2, torch.float4_e2m1fn_x2
 E8M0, BF16, FP16 = torch.float8_e8m0fnu, torch.bfloat16, torch.float16
@@ -63,6 +63,13 @@ def test_scales_padded_to_more_rows_and_a_wider_row_stride_are_taken():
     m, n, k = 40, 72, 384
     p = check_problem(a_(m, k), b_(k, n), s_(128, k), s_(128, k, ld=16, offset=4), out_(m, n))
     assert isinstance(p, ScaledGemmProblem)
+
+
+def test_contiguous_metas_pose_the_torch_scaled_mm_problem():
+    p = check_problem(*contiguous_metas(32, 4096, 7168, "e4m3", "e2m1", FP16, bias=True))
+    assert p == ScaledGemmProblem(32, 4096, 7168, "e4m3", "e2m1", FP16, True)
+    d = check_problem(*contiguous_metas(32, 4096, 7168)[:5], scale_result=TensorMeta((), (), torch.float32))
+    assert isinstance(d, Decline) and "scale_result" in d.reason
 
 
 @pytest.mark.parametrize("swizzle", [None, F.SwizzleType.NO_SWIZZLE, 0, "NO_SWIZZLE"])

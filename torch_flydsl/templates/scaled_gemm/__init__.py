@@ -21,6 +21,7 @@ _EXPORTS = {
     "configs_for": "config",
     "search_space": "config",
     "check_problem": "eligibility",
+    "contiguous_metas": "eligibility",
     "run_emulated": "emulated",
     "compile_args": "launcher",
     "grid_block": "launcher",

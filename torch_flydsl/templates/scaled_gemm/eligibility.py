@@ -35,7 +35,7 @@ import torch
 
 from ..base import Decline, TensorMeta
 from ..dense_gemm.eligibility import INT32_MAX, _check_aligned, _check_span, _dtype_name
-from .problem import OUT_DTYPES, SCALE_BLOCK, SCALE_DTYPE, ScaledGemmProblem, format_of
+from .problem import DTYPE_OF_FORMAT, FORMATS, OUT_DTYPES, SCALE_BLOCK, SCALE_DTYPE, ScaledGemmProblem, format_of
 
 K_MULTIPLE = 128  # the scaled MFMA's K
 SCALE_ALIGN_BYTES = 4
@@ -112,15 +112,20 @@ def check_problem(
     swizzle_b: Any = None,
     scale_recipe_a: Any = None,
     scale_recipe_b: Any = None,
+    scale_result: Optional[TensorMeta] = None,
 ) -> Union[ScaledGemmProblem, Decline]:
     """The ``ScaledGemmProblem`` these operands pose, or why the family declines them.
 
     ``swizzle_*``: None (what ``torch._scaled_mm`` means on ROCm builds before 7.13),
     ``SwizzleType.NO_SWIZZLE`` or 0; ``scale_recipe_*``: None or ``ScalingType.BlockWise1x32``
-    (``F.scaled_mm``'s arguments); anything else is declined.
+    (``F.scaled_mm``'s arguments); anything else is declined, as is a ``scale_result``
+    (``_scaled_mm``'s output scale for fp8 outputs).
     """
     if len(a.shape) != 2 or len(b.shape) != 2 or len(out.shape) != 2:
         return Decline("shape", "only 2-D operands are supported")
+    if scale_result is not None:
+        return Decline("dtype", "scale_result (an output scale for fp8 outputs) is not supported: the kernel "
+                                "writes bfloat16/float16")
     d = _check_format("A", a) or _check_format("B", b)
     for which, recipe, swizzle in (("scale_a", scale_recipe_a, swizzle_a), ("scale_b", scale_recipe_b, swizzle_b)):
         d = d or _enum_arg(f"{which}'s recipe", recipe, _RECIPES, "BlockWise1x32", "dtype",
@@ -175,3 +180,20 @@ def check_problem(
         if d:
             return d
     return ScaledGemmProblem(m, n, k, fa.name, fb.name, out.dtype, bias is not None)
+
+
+def contiguous_metas(m: int, n: int, k: int, a_format: str = "e4m3", b_format: str = "e4m3",
+                     out_dtype: torch.dtype = torch.bfloat16, bias: bool = False) -> tuple:
+    """``(a, b, scale_a, scale_b, out, bias)`` as ``torch._scaled_mm`` takes them for an
+    ``M x N x K`` MX problem (A row-major, B column-major, [M, K/32] / [N, K/32] scales), for
+    ``explain``-style callers that have shapes, not tensors. K must be even for MXFP4."""
+    fa, fb = FORMATS[a_format], FORMATS[b_format]
+    ka, kb = k // fa.values_per_byte, k // fb.values_per_byte
+    return (
+        TensorMeta.contiguous((m, ka), DTYPE_OF_FORMAT[a_format]),
+        TensorMeta((kb, n), (1, kb), DTYPE_OF_FORMAT[b_format]),
+        TensorMeta.contiguous((m, k // SCALE_BLOCK), SCALE_DTYPE),
+        TensorMeta.contiguous((n, k // SCALE_BLOCK), SCALE_DTYPE),
+        TensorMeta.contiguous((m, n), out_dtype),
+        TensorMeta.contiguous((n,), out_dtype) if bias else None,
+    )

@@ -238,8 +238,6 @@ class ScaledMma:
         self.g = lane // 16
         self.a_row0 = (wave // cfg.n_waves) * MMA_M + lane % 16
         self.b_row0 = (wave % cfg.n_waves) * MMA_N + lane % 16
-        self.a_layout = dense.lds_layout(BM, spec.tb.a_row // UNIT_BYTES, True)
-        self.b_layout = dense.lds_layout(BN, spec.tb.b_row // UNIT_BYTES, True)
 
     def _read_operand(self, smem_stage, layout, row, fmt: MxFormat, kk: int):
         """One lane's MFMA operand for step ``kk``: vector<8xi32> (FP8) or vector<4xi32> (FP4)."""
@@ -272,8 +270,8 @@ class ScaledMma:
         sb = [self._read_scales(self.sb, stage, r) for r in b_rows]
         acc_ty = fx.Vector.make_type(4, fx.Float32)
         for kk in range_constexpr(cfg.steps):
-            av = [self._read_operand(a_stage, self.a_layout, r, spec.a_fmt, kk) for r in a_rows]
-            bv = [self._read_operand(b_stage, self.b_layout, r, spec.b_fmt, kk) for r in b_rows]
+            av = [self._read_operand(a_stage, self.a.layout, r, spec.a_fmt, kk) for r in a_rows]
+            bv = [self._read_operand(b_stage, self.b.layout, r, spec.b_fmt, kk) for r in b_rows]
             for j in range_constexpr(self.rep_n):
                 for i in range_constexpr(self.rep_m):
                     # Accumulator fragment ((4, 1), rep_m, rep_n), colexicographic.
