@@ -118,3 +118,39 @@ def test_decode_row_with_bias_on_the_decode_config():
     cfg = ScaledGemmConfig(32, 16, 512, 2, 1, 3)  # the curated decode tile
     rep = emulate_scaled(cfg, 1, 72, 1024, ("e4m3", "e2m1"), bias="vector", seed=15)
     assert rep.ok, rep
+
+
+@pytest.mark.parametrize("steps", [1, 2, 4])
+def test_instruction_to_logical_k_map_is_one_for_both_formats_and_keeps_scale_blocks_whole(steps):
+    """The kernel's reads (``operand_chunks``) against the hardware's register layout (the
+    emulator's table, itself checked against AMD's sources): at every MFMA step, FP8 and FP4
+    operands put the same logical K value at each instruction k (so A and B of any format pair
+    agree), and instruction block b is exactly logical block ``b * steps + kk``, which is the
+    block whose scale byte lane group b selects with opsel kk (bytes ``b*steps ..`` of its row)."""
+    import numpy as np
+
+    from torch_flydsl.emulator.ops.mfma import scaled_mfma_operand_layout
+    from torch_flydsl.templates.scaled_gemm.kernel import operand_chunks
+    from torch_flydsl.templates.scaled_gemm.problem import FORMATS
+
+    for kk in range(steps):
+        maps = []
+        for fmt in (FORMATS["e4m3"], FORMATS["e2m1"]):
+            _, instr_k = scaled_mfma_operand_layout(16, 128, fmt.bits)
+            logical = np.full(128, -1)
+            for lane in range(64):
+                chunks = operand_chunks(fmt, lane // 16, kk, steps)
+                for j in range(32):
+                    if fmt.bits == 8:
+                        value = chunks[j // 16] + j % 16  # one byte per value
+                    else:
+                        value = 2 * chunks[0] + j  # 16 bytes, two values per byte, low nibble first
+                    assert logical[instr_k[lane, j]] in (-1, value)  # the same for every row
+                    logical[instr_k[lane, j]] = value
+            maps.append(logical)
+        assert np.array_equal(maps[0], maps[1])
+        for b in range(4):
+            block = maps[0][32 * b: 32 * b + 32]
+            # Whole and in order: the scale of logical block b*steps+kk is byte kk of lane group
+            # b's scale word (``ScaledMma._read_scales``), which is what opsel kk selects.
+            assert np.array_equal(block, (b * steps + kk) * 32 + np.arange(32))

@@ -38,9 +38,13 @@ with ``g = l // 16``:
   lanes hold those values.
 
 So for FP8 a lane's values straddle two scale blocks and its scale byte belongs to values
-other lanes hold. The kernel therefore fixes one map from instruction k to logical k per MFMA
-step and uses it for A and B alike (the dot product only needs A and B to agree), chosen so
-that every instruction scale block is one whole logical 32-block: with ``S = block_k / 128``
+other lanes hold. Keeping each lane's 32 values inside one logical 32-block (the same K
+permutation for A and B) cannot work with scales that vary along K: lane groups 0 and 1 then
+hold two different logical blocks, yet their first runs form instruction block 0 and take one
+scale (lane group 0's); that is right only when the two blocks' scales are equal. The kernel
+therefore fixes one map from instruction k to logical k per MFMA step and uses it for A and B
+alike (the dot product only needs A and B to agree), chosen so that every instruction scale
+block is one whole logical 32-block: with ``S = block_k / 128``
 steps per tile, instruction block ``b`` of step ``kk`` is logical block ``b * S + kk`` of the
 tile, offsets within the block kept. Then:
 
