@@ -9,7 +9,8 @@ Tiers, selected by marker (never by keyword: a directory name must not sweep tes
 - ``gfx950``: need a real MI350; not run unless ``-m gfx950`` is given, and then they fail
   (test/gfx950/conftest.py) on a machine without one.
 
-Without flydsl or ld.lld the ``compile``/``emulator`` tiers skip with the reason locally;
+Without flydsl or ld.lld the ``compile``/``emulator`` tiers skip with the reason locally (the
+emulator also needs flydsl 0.4+);
 under ``CI`` (any true value) a missing toolchain stops the run with an error instead, so a
 green CI always means the kernel tiers ran.
 """
@@ -52,6 +53,8 @@ def in_ci() -> bool:
 
 def pytest_sessionstart(session):
     ok, why = have_compile_toolchain()
+    if ok:
+        ok, why = have_emulator()
     if not ok and in_ci():
         pytest.exit(
             f"CI is set but the gfx950 compile toolchain is missing ({why}): the compile and "
@@ -64,11 +67,23 @@ def _requested(config, marker: str) -> bool:
     return marker in (config.getoption("-m") or "")
 
 
+def have_emulator() -> tuple[bool, str]:
+    """The emulator runs what ``flyc.compile`` returns without launching: flydsl 0.4+."""
+    from torch_flydsl.runtime.probe import flydsl_has_cpu_safe_compile, flydsl_info
+
+    if not flydsl_has_cpu_safe_compile():
+        return False, f"the emulator needs flydsl 0.4+ (this is {flydsl_info().version})"
+    return True, ""
+
+
 def pytest_collection_modifyitems(config, items):
     ok, why = have_compile_toolchain()
+    emu_ok, emu_why = have_emulator() if ok else (False, why)
     for item in items:
         if not ok and any(item.get_closest_marker(t) for t in TOOLCHAIN_TIERS):
             item.add_marker(pytest.mark.skip(reason=why))
+        elif not emu_ok and item.get_closest_marker("emulator"):
+            item.add_marker(pytest.mark.skip(reason=emu_why))
         for tier in OPT_IN_TIERS:
             if item.get_closest_marker(tier) and not _requested(config, tier):
                 item.add_marker(pytest.mark.skip(reason=f"{tier} tier: run with -m {tier}"))
