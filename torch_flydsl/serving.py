@@ -68,6 +68,6 @@ def who_serves(op: str, device_type: str = "cuda", index: int = 0, assume_gfx950
     intree_why = intree.serves(op, device_type, index, assume_gfx950)
     if intree_why:
         return Serving(op, INTREE, intree_why)
-    st = intree.status(device_type, index, assume_gfx950)
-    theirs = f"; in-tree backend {st}" if st.present else ""
+    st = intree.status(device_type, index, assume_gfx950, intree.INTREE_OPS.get(op, "inductor"))
+    theirs = f"; in-tree {'eager overrides' if intree.INTREE_OPS.get(op) == 'eager' else 'backend'} {st}" if st.present else ""
     return Serving(op, PYTORCH, f"torch_flydsl has no {op} kernels yet{theirs}")
