@@ -69,13 +69,6 @@ class ScaledGemmProblem:
     def b_fmt(self) -> MxFormat:
         return FORMATS[self.b_format]
 
-    @property
-    def recipe(self) -> str:
-        """``mxfp8``, ``mxfp4``, or ``w4a8``-style names for mixed operands: ``<a>x<b>``."""
-        if self.a_format == self.b_format or {self.a_format, self.b_format} <= {"e4m3", "e5m2"}:
-            return "mxfp4" if self.a_format == "e2m1" else "mxfp8"
-        return f"{self.a_format}x{self.b_format}"
-
 
 def format_of(dtype: torch.dtype) -> Optional[MxFormat]:
     return FORMAT_OF_DTYPE.get(dtype)
