@@ -132,6 +132,38 @@ def _max_abs_err(got: torch.Tensor, ref: torch.Tensor, care: torch.Tensor) -> fl
     return float(diff.max()) if diff.numel() else 0.0
 
 
+def check_output(i: int, out: torch.Tensor, ref: torch.Tensor, care: torch.Tensor, base, tolerance):
+    """Compare one output with its reference where the reference is defined (``care``).
+
+    Infinite reference values must be matched exactly (same sign); the relative error is taken
+    over the finite ones. (An infinite reference used to make the error inf/inf = nan, which
+    compared as "within tolerance", whatever the kernel wrote.)"""
+    ref = ref.detach().to(torch.float64)
+    got = out.detach().to(torch.float64)
+    reasons = []
+    unwritten = int(torch.isnan(got[care]).sum()) if out.dtype.is_floating_point else _unwritten(out)
+    at_inf = care & torch.isinf(ref)
+    wrong_inf = int((got[at_inf] != ref[at_inf]).sum())
+    finite = care & torch.isfinite(ref)
+    max_abs_ref = float(ref[finite].abs().max()) if finite.any() else 0.0
+    scale = max(max_abs_ref, 1e-30)
+    rel = _max_abs_err(got, ref, finite) / scale
+    base_rel = None
+    if base is None:
+        tol = tolerance
+    else:
+        base_rel = _max_abs_err(base.detach().to(torch.float64), ref, finite) / scale
+        tol = tolerance.factor * base_rel + tolerance.floor
+    chk = OutputCheck(i, rel * scale, max_abs_ref, rel, unwritten, tol, base_rel)
+    if unwritten:
+        reasons.append(f"output {i}: {unwritten} element(s) never written")
+    if wrong_inf:
+        reasons.append(f"output {i}: {wrong_inf} element(s) differ where the reference is +-inf")
+    if not rel <= tol:  # also catches a nan error
+        reasons.append(f"output {i}: relative error {rel:.3e} exceeds {tol:.3e}")
+    return chk, reasons
+
+
 def _unwritten(t: torch.Tensor) -> int:
     if t.dtype.is_floating_point:
         return int(torch.isnan(t).sum())
@@ -224,23 +256,8 @@ def run_and_compare(
             rep.reasons.append(str(f))
     rep.reasons += watch.stray_changes()
     for i, (out, ref, care, base) in enumerate(zip(outputs, expected, defined, baselines)):
-        ref = ref.detach().to(torch.float64)
-        got = out.detach().to(torch.float64)
-        unwritten = int(torch.isnan(got[care]).sum()) if out.dtype.is_floating_point else _unwritten(out)
-        max_abs_ref = float(ref[care].abs().max()) if care.any() else 0.0
-        scale = max(max_abs_ref, 1e-30)
-        rel = _max_abs_err(got, ref, care) / scale
-        base_rel = None
-        if base is None:
-            tol = tolerance
-        else:
-            base_rel = _max_abs_err(base.detach().to(torch.float64), ref, care) / scale
-            tol = tolerance.factor * base_rel + tolerance.floor
-        chk = OutputCheck(i, rel * scale, max_abs_ref, rel, unwritten, tol, base_rel)
+        chk, reasons = check_output(i, out, ref, care, base, tolerance)
         rep.outputs.append(chk)
-        if unwritten:
-            rep.reasons.append(f"output {i}: {unwritten} element(s) never written")
-        if rel > tol:
-            rep.reasons.append(f"output {i}: relative error {rel:.3e} exceeds {tol:.3e}")
+        rep.reasons += reasons
     rep.ok = not rep.reasons
     return rep
