@@ -95,3 +95,14 @@ def test_the_pinned_release_is_read_from_the_in_tree_gate_without_importing_it(m
     assert intree._supported_release() == (0, 4)
     monkeypatch.setattr(intree, "torch_file", lambda rel: None)
     assert intree._supported_release() == intree.DOCUMENTED_RELEASE
+
+
+def test_on_a_rocm_build_eager_ops_defer_only_to_overrides_torch_really_registered(intree_is, monkeypatch):
+    # torch 2.15 registers its FlyDSL RMSNorm on aten::_fused_rms_norm, TopK on aten::topk.
+    intree_is(ON)
+    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "device")
+    monkeypatch.setattr(intree, "device_reason", lambda *a, **k: None)  # as if on a ROCm gfx950
+    monkeypatch.setattr(intree, "_rocm_build", lambda: True)
+    monkeypatch.setattr(intree, "_registered_eager_ops", lambda: {"_fused_rms_norm"})
+    assert intree.serves("rms_norm", "cuda", 0) is not None
+    assert intree.serves("topk", "cuda", 0) is None

@@ -113,6 +113,10 @@ def _eager_install_status() -> IntreeStatus:
     return IntreeStatus(True, True, f"flydsl {info.version} passes their gate" + (" (version check skipped)" if skip else ""))
 
 
+# Our op name -> the aten op torch 2.15's eager FlyDSL override registers for it.
+EAGER_ATEN = {"rms_norm": "_fused_rms_norm", "topk": "topk"}
+
+
 def _registered_eager_ops() -> Optional[set]:
     """The aten ops torch's FlyDSL eager overrides registered in this process (ROCm builds)."""
     try:
@@ -123,8 +127,10 @@ def _registered_eager_ops() -> Optional[set]:
         return None
 
 
-def device_reason(device_type: Optional[str], index: int = 0) -> Optional[str]:
-    """Why the in-tree backend could not run on this device (None: it could)."""
+def device_reason(device_type: Optional[str], index: int = 0, kind: str = "inductor") -> Optional[str]:
+    """Why the in-tree backend could not run on this device (None: it could). Its Inductor gate
+    reads the device's own ``gcnArchName``; its eager overrides honour ``FLYDSL_GPU_ARCH`` and
+    ``HSA_OVERRIDE_GFX_VERSION`` first, as ours do."""
     from .. import config
 
     if config.executor() in ("emulator", "reference-standin"):
@@ -135,9 +141,9 @@ def device_reason(device_type: Optional[str], index: int = 0) -> Optional[str]:
         return "not a ROCm build of torch"
     if device_type != "cuda":
         return f"device {device_type} is not a ROCm GPU"
-    from .arch import device_arch
+    from .arch import _device_arch, device_arch
 
-    arch = device_arch(index)
+    arch = device_arch(index) if kind == "eager" else _device_arch(index)
     if arch != "gfx950":
         return f"GPU arch {arch} is not gfx950"
     return None
@@ -149,7 +155,7 @@ def status(device_type: Optional[str] = "cuda", index: int = 0, assume_gfx950: b
     base = install_status(kind)
     if not base.usable or assume_gfx950:
         return base
-    why = device_reason(device_type, index)
+    why = device_reason(device_type, index, kind)
     if why:
         return IntreeStatus(True, False, why)
     return base
@@ -171,6 +177,6 @@ def serves(op: str, device_type: Optional[str] = "cuda", index: int = 0, assume_
         return None
     if kind == "eager" and not assume_gfx950:
         registered = _registered_eager_ops()
-        if registered is not None and _rocm_build() and op not in registered:
+        if registered is not None and _rocm_build() and EAGER_ATEN[op] not in registered:
             return None
     return f"torch's in-tree FlyDSL backend serves {op} here ({st.reason})"
