@@ -42,7 +42,7 @@ class Knob:
     meaning: str
 
 
-# The one table of knobs; README's configuration table is generated from / checked against it.
+# The one table of knobs; test_config checks README's table of plugin variables against it.
 KNOBS = (
     Knob("TORCH_FLYDSL_DISABLE", "0", "1 (or true/yes/on) turns the whole plugin off: the entry point does nothing at `import torch`."),
     Knob(
@@ -64,7 +64,7 @@ KNOBS = (
         "device = launch on a gfx950 GPU; emulator = run kernels on CPU tensors through the gfx950 "
         "emulator (tests, demo); reference-standin = plumbing tests only: a float64 reference stands in for the kernel.",
     ),
-    Knob("TORCH_FLYDSL_LOG", "", "debug|info: print the torch_flydsl logger (offers and declines per GEMM node) to stderr."),
+    Knob("TORCH_FLYDSL_LOG", "", "debug|info|warning|error: print the torch_flydsl logger (offers and declines per GEMM node) to stderr at that level."),
 )
 
 
