@@ -3,7 +3,7 @@
 Where things live: the plugin keeps ``<inductor cache>/torch_flydsl/`` (mode 0700) for the
 private ``rocm_lld/llvm/bin/ld.lld`` link around a system lld and, by default, FlyDSL's disk
 cache ``flydsl_cache/``; ``FLYDSL_RUNTIME_CACHE_DIR`` moves the latter. FlyDSL's disk cache is
-used only by the device compile step (``launcher._first_use`` under ``device_compile_env``):
+used only by the device compile step (``kernel_cache.first_use`` under ``device_compile_env``):
 the emulator's compile-only builds switch it off (``FLYDSL_RUNTIME_ENABLE_CACHE=0``), so with
 the emulator executor a broken FlyDSL cache dir must change nothing at all.
 
@@ -79,7 +79,7 @@ def test_flydsl_cache_dir_unwritable_warm_changes_nothing_under_the_emulator(tmp
 
 # -- FLYDSL_RUNTIME_CACHE_DIR in the device compile step ----------------------------------------
 # No gfx950 here, so the op's device path cannot run; its compile step can: ``launch`` compiles
-# through ``launcher._first_use(key, lambda: flyc.compile(jit_fn, *args))`` inside
+# through ``kernel_cache.first_use(key, lambda: flyc.compile(jit_fn, *args))`` inside
 # ``device_compile_env``, which is where FlyDSL reads and writes its disk cache. On FlyDSL 0.4+
 # that compile returns without launching, so it runs on CPU tensors. The op turns any
 # ``Exception`` from it into PyTorch's result (ops.run); what matters here is that a
@@ -91,14 +91,15 @@ DEVICE_COMPILE = textwrap.dedent(
     import torch
     import flydsl.compiler as flyc
     from torch_flydsl.templates.dense_gemm.config import DenseGemmConfig
-    from torch_flydsl.templates.dense_gemm.launcher import _first_use, compile_args, launch_key
+    from torch_flydsl.runtime.kernel_cache import first_use, launch_key
+    from torch_flydsl.templates.dense_gemm.launcher import compile_args
 
     a = torch.randn(64, 256, dtype=torch.bfloat16)
     b = torch.randn(256, 128, dtype=torch.bfloat16)
     out = torch.empty(64, 128, dtype=torch.bfloat16)
     jit_fn, args = compile_args(DenseGemmConfig(), a, b, out)
     try:
-        compiled, _ = _first_use(launch_key(jit_fn, a.device), lambda: flyc.compile(jit_fn, *args))
+        compiled, _ = first_use(launch_key(jit_fn, a.device), lambda: flyc.compile(jit_fn, *args))
         print(json.dumps({"compiled": type(compiled).__name__}))
     except Exception as e:
         print(json.dumps({"error": f"{type(e).__name__}: {e}", "oserror": isinstance(e, OSError)}))

@@ -223,10 +223,11 @@ class LaunchSpy:
 
 @contextlib.contextmanager
 def spy_on_launcher(monkeypatch):
+    from torch_flydsl.runtime import kernel_cache
     from torch_flydsl.templates.dense_gemm import launcher
 
     spy = LaunchSpy()
-    launch, first_use = launcher.launch, launcher._first_use
+    launch, first_use = launcher.launch, kernel_cache.first_use
 
     def counted_launch(*args, **kwargs):
         try:
@@ -246,7 +247,7 @@ def spy_on_launcher(monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr(launcher, "launch", counted_launch)
-        m.setattr(launcher, "_first_use", watched_first_use)
+        m.setattr(kernel_cache, "first_use", watched_first_use)
         yield spy
 
 

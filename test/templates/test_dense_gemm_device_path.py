@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from torch_flydsl.templates.dense_gemm import launcher
+from torch_flydsl.runtime import kernel_cache
 
 
 def test_first_use_compiles_once_with_the_arch_pinned_and_env_restored(monkeypatch, tmp_path):
@@ -15,23 +15,23 @@ def test_first_use_compiles_once_with_the_arch_pinned_and_env_restored(monkeypat
     monkeypatch.setenv("HSA_OVERRIDE_GFX_VERSION", "9.5.0")
     monkeypatch.setenv("FLYDSL_RUNTIME_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("COMPILE_ONLY", "1")
-    monkeypatch.setattr(launcher, "_COMPILED", {})
+    monkeypatch.setattr(kernel_cache, "_COMPILED", {})
     seen = []
 
     def compile_fn():
         seen.append({k: os.environ.get(k) for k in ("FLYDSL_GPU_ARCH", "ARCH", "COMPILE_ONLY", "FLYDSL_RUNTIME_CACHE_DIR")})
         return "compiled"
 
-    key = launcher.launch_key("jit-fn", torch.device("cpu"))
-    assert launcher._first_use(key, compile_fn) == ("compiled", True)
-    assert launcher._first_use(key, compile_fn) == ("compiled", False)
+    key = kernel_cache.launch_key("jit-fn", torch.device("cpu"))
+    assert kernel_cache.first_use(key, compile_fn) == ("compiled", True)
+    assert kernel_cache.first_use(key, compile_fn) == ("compiled", False)
     assert seen == [{"FLYDSL_GPU_ARCH": "gfx950", "ARCH": "gfx950", "COMPILE_ONLY": None, "FLYDSL_RUNTIME_CACHE_DIR": str(tmp_path)}]
     assert os.environ.get("COMPILE_ONLY") == "1" and "FLYDSL_GPU_ARCH" not in os.environ
 
 
 def test_launch_keys_separate_processes_and_devices():
-    k0 = launcher.launch_key("jit-fn", torch.device("cuda", 0))
-    k1 = launcher.launch_key("jit-fn", torch.device("cuda", 1))
+    k0 = kernel_cache.launch_key("jit-fn", torch.device("cuda", 0))
+    k1 = kernel_cache.launch_key("jit-fn", torch.device("cuda", 1))
     assert k0 != k1 and k0[0] == os.getpid()
 
 
@@ -39,18 +39,18 @@ def test_a_failed_compile_is_not_retried_on_every_call(monkeypatch, tmp_path):
     # A warm graph calling the op with a broken toolchain would otherwise re-trace and fail
     # again on every GEMM call (0.3-0.5 s each) before falling back to PyTorch.
     monkeypatch.setenv("FLYDSL_RUNTIME_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(launcher, "_COMPILED", {})
-    monkeypatch.setattr(launcher, "_FAILED", {})
+    monkeypatch.setattr(kernel_cache, "_COMPILED", {})
+    monkeypatch.setattr(kernel_cache, "_FAILED", {})
     calls = []
 
     def failing_compile():
         calls.append(1)
         raise RuntimeError("linker missing")
 
-    key = launcher.launch_key("jit-fn", torch.device("cpu"))
+    key = kernel_cache.launch_key("jit-fn", torch.device("cpu"))
     for _ in range(3):
         with pytest.raises(RuntimeError, match="linker missing"):
-            launcher._first_use(key, failing_compile)
+            kernel_cache.first_use(key, failing_compile)
     assert len(calls) == 1
 
 

@@ -16,6 +16,7 @@ import torch
 BUFFER_SPAN_LIMIT = 2**32
 # Vector loads need 16-byte aligned origins and leading strides.
 ALIGN_BYTES = 16
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -77,3 +78,29 @@ class TensorMeta:
 
     def replace(self, **kw) -> "TensorMeta":
         return dataclasses.replace(self, **kw)
+
+
+# -- checks every family's eligibility gate shares ------------------------------------------
+
+
+def dtype_name(d: torch.dtype) -> str:
+    return str(d).replace("torch.", "")
+
+
+def check_aligned(name: str, t: TensorMeta, lead, align: int = ALIGN_BYTES):
+    """A Decline unless ``t`` starts on an ``align``-byte boundary and its leading stride
+    ``lead`` (elements; None: not checked) keeps rows on one."""
+    if (t.offset * t.itemsize) % align:
+        return Decline("alignment", f"{name} starts {t.offset} elements into its storage, not on a {align}-byte boundary")
+    if lead is not None and (lead * t.itemsize) % align:
+        return Decline("alignment", f"{name}'s leading stride {lead} is not a multiple of {align} bytes")
+    return None
+
+
+def check_span(name: str, t: TensorMeta):
+    """A Decline when ``t`` spans 4 GiB or more: buffer descriptors carry the exact span in a
+    32-bit num_records field."""
+    span = t.byte_span()
+    if span >= BUFFER_SPAN_LIMIT:
+        return Decline("size", f"{name} spans {span} bytes; AMD buffer descriptors address < 4 GiB")
+    return None

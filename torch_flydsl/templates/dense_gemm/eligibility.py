@@ -10,31 +10,10 @@ from typing import Optional, Union
 
 import torch
 
-from ..base import ALIGN_BYTES, BUFFER_SPAN_LIMIT, Decline, TensorMeta
+from ..base import INT32_MAX, Decline, TensorMeta, check_aligned, check_span, dtype_name
 from .problem import GemmProblem, leading_stride, major_of
 
 DTYPES = (torch.bfloat16, torch.float16)
-INT32_MAX = 2**31 - 1
-
-
-def _dtype_name(d: torch.dtype) -> str:
-    return str(d).replace("torch.", "")
-
-
-def _check_aligned(name: str, t: TensorMeta, lead: Optional[int]) -> Optional[Decline]:
-    if (t.offset * t.itemsize) % ALIGN_BYTES:
-        return Decline("alignment", f"{name} starts {t.offset} elements into its storage, not on a {ALIGN_BYTES}-byte boundary")
-    if lead is not None and (lead * t.itemsize) % ALIGN_BYTES:
-        return Decline("alignment", f"{name}'s leading stride {lead} is not a multiple of {ALIGN_BYTES} bytes")
-    return None
-
-
-def _check_span(name: str, t: TensorMeta) -> Optional[Decline]:
-    span = t.byte_span()
-    # The kernel's buffer descriptors carry the exact span in a 32-bit num_records field.
-    if span >= BUFFER_SPAN_LIMIT:
-        return Decline("size", f"{name} spans {span} bytes; AMD buffer descriptors address < 4 GiB")
-    return None
 
 
 def _check_ends_on_a_dword(name: str, t: TensorMeta, contig_dim: str, size: int) -> Optional[Decline]:
@@ -72,11 +51,11 @@ def check_problem(
     if max(m, n, k) > INT32_MAX:
         return Decline("shape", "a dimension exceeds int32")
     if out_dtype is not None and out_dtype != a.dtype:
-        return Decline("dtype", f"out_dtype={_dtype_name(out_dtype)} differs from the input dtype; not supported")
+        return Decline("dtype", f"out_dtype={dtype_name(out_dtype)} differs from the input dtype; not supported")
     if a.dtype not in DTYPES:
-        return Decline("dtype", f"input dtype {_dtype_name(a.dtype)} is not bfloat16 or float16")
+        return Decline("dtype", f"input dtype {dtype_name(a.dtype)} is not bfloat16 or float16")
     if b.dtype != a.dtype or out.dtype != a.dtype:
-        return Decline("dtype", f"mixed dtypes A={_dtype_name(a.dtype)} B={_dtype_name(b.dtype)} out={_dtype_name(out.dtype)}")
+        return Decline("dtype", f"mixed dtypes A={dtype_name(a.dtype)} B={dtype_name(b.dtype)} out={dtype_name(out.dtype)}")
 
     a_major, b_major, out_major = major_of(a), major_of(b), major_of(out)
     if a_major is None:
@@ -91,7 +70,7 @@ def check_problem(
         ("B", b, leading_stride(b, b_major)),
         ("output", out, out.stride[0]),
     ):
-        d = _check_aligned(name, t, lead) or _check_span(name, t)
+        d = check_aligned(name, t, lead) or check_span(name, t)
         if d:
             return d
     if a_major == "col":
@@ -106,13 +85,13 @@ def check_problem(
     bias_kind = None
     if bias is not None:
         if bias.dtype != a.dtype:
-            return Decline("dtype", f"bias dtype {_dtype_name(bias.dtype)} differs from the inputs")
+            return Decline("dtype", f"bias dtype {dtype_name(bias.dtype)} differs from the inputs")
         row_vector = (len(bias.shape) == 1 and bias.shape[0] == n and (bias.stride[0] == 1 or n == 1)) or (
             len(bias.shape) == 2 and tuple(bias.shape) == (m, n) and (bias.stride[0] == 0 or m == 1) and (bias.stride[1] == 1 or n == 1)
         )
         if not row_vector:
             return Decline("layout", f"bias shape {list(bias.shape)} strides {bias.stride}: only a per-column vector ([N], or [M, N] expanded with stride (0, 1)) is supported")
-        d = _check_aligned("bias", bias, None) or _check_span("bias", bias)
+        d = check_aligned("bias", bias, None) or check_span("bias", bias)
         if d:
             return d
         bias_kind = "row"

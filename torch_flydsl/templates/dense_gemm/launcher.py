@@ -17,8 +17,6 @@ all sizes, strides and pointers are runtime values.
 
 from __future__ import annotations
 
-import os
-import threading
 from typing import Any, Optional
 
 import torch
@@ -109,42 +107,6 @@ def compile_args(
     return build(spec), args
 
 
-_COMPILED: dict = {}
-_FAILED: dict = {}  # key -> the error of its failed compile: a failure is not retried every call
-_LOCK = threading.Lock()
-
-
-def _first_use(key, compile_fn) -> tuple[Any, bool]:
-    """Run ``compile_fn`` once per key, in the device compile environment, and cache its
-    result. Returns ``(result, ran_now)``. A compile that failed raises the same error again
-    for that key without recompiling (the op then falls back to PyTorch, cheaply)."""
-    hit = _COMPILED.get(key)  # hot path: no lock once compiled
-    if hit is not None:
-        return hit, False
-    from ...runtime.arch import device_arch
-    from ...runtime.compile import device_compile_env
-
-    with _LOCK:
-        hit = _COMPILED.get(key)
-        if hit is not None:
-            return hit, False
-        if key in _FAILED:
-            raise _FAILED[key]
-        try:
-            with device_compile_env(device_arch(key[1]) or "gfx950"):
-                hit = compile_fn()
-        except Exception as e:
-            _FAILED[key] = e
-            raise
-        _COMPILED[key] = hit
-        return hit, True
-
-
-def launch_key(jit_fn, device: torch.device) -> tuple:
-    # A compiled kernel belongs to one process (fork safety) and one device (module loads).
-    return (os.getpid(), device.index or 0, jit_fn)
-
-
 def launch(
     cfg: DenseGemmConfig,
     a: torch.Tensor,
@@ -164,23 +126,24 @@ def launch(
     """
     if not a.is_cuda:
         raise RuntimeError("dense_gemm.launch needs device tensors on a ROCm GPU")
+    from ...runtime import kernel_cache
     from ...runtime.probe import flydsl_has_cpu_safe_compile
 
     if stream is None:
         stream = torch.cuda.current_stream(a.device)
     jit_fn, args = compile_args(cfg, a, b, out, bias, alpha, beta, stream, problem=problem)
-    key = launch_key(jit_fn, a.device)
+    key = kernel_cache.launch_key(jit_fn, a.device)
     if flydsl_has_cpu_safe_compile():
         # 0.4+: flyc.compile returns a CompiledFunction without launching; calling it later
         # skips the per-call retrace.
         import flydsl.compiler as flyc
 
-        compiled, _ = _first_use(key, lambda: flyc.compile(jit_fn, *args))
+        compiled, _ = kernel_cache.first_use(key, lambda: flyc.compile(jit_fn, *args))
         compiled(*args)
     else:
         # 0.3.x: the jit function compiles on its first call, which also launches it; later
         # calls dispatch by argument types.
-        _, launched = _first_use(key, lambda: jit_fn(*args) or True)
+        _, launched = kernel_cache.first_use(key, lambda: jit_fn(*args) or True)
         if not launched:
             jit_fn(*args)
     return out

@@ -33,8 +33,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from ..base import Decline, TensorMeta
-from ..dense_gemm.eligibility import INT32_MAX, _check_aligned, _check_span, _dtype_name
+from ..base import INT32_MAX, Decline, TensorMeta, check_aligned, check_span, dtype_name
 from .problem import DTYPE_OF_FORMAT, FORMATS, OUT_DTYPES, SCALE_BLOCK, SCALE_DTYPE, ScaledGemmProblem, format_of
 
 K_MULTIPLE = 128  # the scaled MFMA's K
@@ -65,13 +64,13 @@ def _check_format(name: str, t: TensorMeta) -> Optional[Decline]:
     if format_of(t.dtype) is not None:
         return None
     extra = " (a gfx942 format; gfx950's scaled MFMA reads the OCP ones)" if t.dtype in _FNUZ else ""
-    return Decline("dtype", f"{name} dtype {_dtype_name(t.dtype)} is not an MX element format (float8_e4m3fn, "
+    return Decline("dtype", f"{name} dtype {dtype_name(t.dtype)} is not an MX element format (float8_e4m3fn, "
                             f"float8_e5m2, float4_e2m1fn_x2){extra}")
 
 
 def _check_scale(name: str, s: TensorMeta, rows: int, what: str, k: int) -> Optional[Decline]:
     if s.dtype != SCALE_DTYPE:
-        return Decline("dtype", f"{name} dtype {_dtype_name(s.dtype)} is not float8_e8m0fnu: not an MX recipe "
+        return Decline("dtype", f"{name} dtype {dtype_name(s.dtype)} is not float8_e8m0fnu: not an MX recipe "
                                 "(float32 scales are tensor- or row-wise, float8_e4m3fn ones NVFP4)")
     blocks = k // SCALE_BLOCK
     if len(s.shape) != 2 or s.shape[1] != blocks or s.shape[0] < rows:
@@ -82,13 +81,13 @@ def _check_scale(name: str, s: TensorMeta, rows: int, what: str, k: int) -> Opti
     if (s.offset % SCALE_ALIGN_BYTES) or (s.shape[0] > 1 and s.stride[0] % SCALE_ALIGN_BYTES):
         return Decline("alignment", f"{name} must start on a 4-byte boundary and have a row stride that is a "
                                     f"multiple of 4 bytes (offset {s.offset}, strides {s.stride})")
-    return _check_span(name, s)
+    return check_span(name, s)
 
 
 def _check_bias(bias: TensorMeta, m: int, n: int, out_dtype: torch.dtype) -> Optional[Decline]:
     if bias.dtype != out_dtype:
-        return Decline("dtype", f"bias dtype {_dtype_name(bias.dtype)} differs from the output dtype "
-                                f"{_dtype_name(out_dtype)}")
+        return Decline("dtype", f"bias dtype {dtype_name(bias.dtype)} differs from the output dtype "
+                                f"{dtype_name(out_dtype)}")
     vector = (len(bias.shape) == 1 and bias.shape[0] == n and (bias.stride[0] == 1 or n == 1)) or (
         len(bias.shape) == 2 and tuple(bias.shape) == (m, n) and (bias.stride[0] == 0 or m == 1)
         and (bias.stride[1] == 1 or n == 1)
@@ -96,7 +95,7 @@ def _check_bias(bias: TensorMeta, m: int, n: int, out_dtype: torch.dtype) -> Opt
     if not vector:
         return Decline("layout", f"bias shape {list(bias.shape)} strides {bias.stride}: only a per-column vector "
                                  "([N], or [M, N] expanded with strides (0, 1)) is supported")
-    return _check_span("bias", bias)
+    return check_span("bias", bias)
 
 
 def check_problem(
@@ -150,11 +149,11 @@ def check_problem(
         return Decline("shape", f"K={k} is not a multiple of {K_MULTIPLE}: the scaled MFMA consumes 128 K values "
                                 "and the kernel has no K tail (E8M0 has no zero to mask one)")
     if out.dtype not in OUT_DTYPES:
-        return Decline("dtype", f"output dtype {_dtype_name(out.dtype)} is not bfloat16 or float16 (what "
+        return Decline("dtype", f"output dtype {dtype_name(out.dtype)} is not bfloat16 or float16 (what "
                                 "torch._scaled_mm returns for MX on ROCm; the epilogue stores 8-element 16-byte vectors)")
     if out_dtype is not None and out_dtype != out.dtype:
-        return Decline("dtype", f"out_dtype={_dtype_name(out_dtype)} differs from the output's "
-                                f"{_dtype_name(out.dtype)}")
+        return Decline("dtype", f"out_dtype={dtype_name(out_dtype)} differs from the output's "
+                                f"{dtype_name(out.dtype)}")
 
     if a.stride[1] != 1 or (m > 1 and a.stride[0] < a.shape[1]):
         return Decline("layout", f"A strides {a.stride}: A must be row-major [M, K] (K contiguous), as "
@@ -169,7 +168,7 @@ def check_problem(
         ("B", b, b.stride[1] if n > 1 else None),
         ("output", out, out.stride[0] if m > 1 else None),
     ):
-        d = _check_aligned(name, t, lead) or _check_span(name, t)
+        d = check_aligned(name, t, lead) or check_span(name, t)
         if d:
             return d
     d = _check_scale("scale_a", scale_a, m, "M", k) or _check_scale("scale_b", scale_b, n, "N", k)

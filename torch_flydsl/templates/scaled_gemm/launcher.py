@@ -22,7 +22,8 @@ from typing import Any, Optional
 import torch
 
 from ..base import Decline, TensorMeta
-from ..dense_gemm.launcher import _first_use, flat_operand, launch_key
+from ...runtime import kernel_cache
+from ..dense_gemm.launcher import flat_operand
 from .config import ScaledGemmConfig
 from .eligibility import check_problem
 from .problem import ScaledGemmProblem
@@ -132,6 +133,6 @@ def launch(
     if stream is None:
         stream = torch.cuda.current_stream(a.device)
     jit_fn, args = compile_args(cfg, a, b, scale_a, scale_b, out, bias, stream, problem=problem)
-    compiled, _ = _first_use(launch_key(jit_fn, a.device), lambda: flyc.compile(jit_fn, *args))
+    compiled, _ = kernel_cache.first_use(kernel_cache.launch_key(jit_fn, a.device), lambda: flyc.compile(jit_fn, *args))
     compiled(*args)
     return out

@@ -1,0 +1,47 @@
+"""Compiled kernels of this process, one per (process, device, kernel), for every family's
+real-GPU launcher.
+
+A kernel compiles on its first use, in the device compile environment (arch pinned, FlyDSL's
+disk cache routed); later uses take it without a lock. A compile that failed is remembered
+and raises the same error again without recompiling: a warm graph whose toolchain broke must
+not re-trace on every call before the op falls back to PyTorch.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+_COMPILED: dict = {}
+_FAILED: dict = {}  # key -> the error of its failed compile
+_LOCK = threading.Lock()
+
+
+def launch_key(jit_fn, device) -> tuple:
+    # A compiled kernel belongs to one process (fork safety) and one device (module loads).
+    return (os.getpid(), device.index or 0, jit_fn)
+
+
+def first_use(key, compile_fn) -> tuple[Any, bool]:
+    """``(result, ran_now)``: ``compile_fn()`` run once per key, under ``device_compile_env``."""
+    hit = _COMPILED.get(key)  # hot path: no lock once compiled
+    if hit is not None:
+        return hit, False
+    from .arch import device_arch
+    from .compile import device_compile_env
+
+    with _LOCK:
+        hit = _COMPILED.get(key)
+        if hit is not None:
+            return hit, False
+        if key in _FAILED:
+            raise _FAILED[key]
+        try:
+            with device_compile_env(device_arch(key[1]) or "gfx950"):
+                hit = compile_fn()
+        except Exception as e:
+            _FAILED[key] = e
+            raise
+        _COMPILED[key] = hit
+        return hit, True
