@@ -58,6 +58,11 @@ class TensorMeta:
         )
 
     @classmethod
+    def of_optional(cls, t) -> "TensorMeta | None":
+        """``of(t)``, or None for an absent optional operand (a bias)."""
+        return None if t is None else cls.of(t)
+
+    @classmethod
     def contiguous(cls, shape, dtype, device_type="cuda", offset=0) -> "TensorMeta":
         stride, acc = [], 1
         for s in reversed(shape):

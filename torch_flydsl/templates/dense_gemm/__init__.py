@@ -5,7 +5,7 @@ reads the family descriptor (``family.FAMILY``) inside ``import torch``. The Fly
 (``kernel.py``) and launcher import FlyDSL lazily.
 """
 
-import importlib
+from .. import lazy_exports
 
 # ``reference`` is both a submodule and the function it exports: once the submodule is imported
 # anywhere, Python binds the package attribute to the module and __getattr__ is never asked.
@@ -30,8 +30,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS) + ["reference"]
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -32,6 +32,12 @@ def _check_ends_on_a_dword(name: str, t: TensorMeta, contig_dim: str, size: int)
     return None
 
 
+def check_tensors(a, b, out, bias=None) -> Union[GemmProblem, Decline]:
+    """``check_problem`` for real (or meta / CPU stand-in) tensors."""
+    of = TensorMeta.of_optional
+    return check_problem(of(a), of(b), of(out), of(bias))
+
+
 def check_problem(
     a: TensorMeta,
     b: TensorMeta,

@@ -102,13 +102,12 @@ def check_call(call: DenseCall):
     still differ at run time (a cached graph fed other strides, an input whose flexible layout
     was fixed later), so the custom op re-checks what it got. Raises ValueError for a key that
     is not a dense config."""
-    from ..base import Decline, TensorMeta
+    from ..base import Decline
     from .config import DenseGemmConfig, config_fits
-    from .eligibility import check_problem
+    from .eligibility import check_tensors
 
     cfg = DenseGemmConfig.from_key(call.cfg_key)
-    meta = lambda t: None if t is None else TensorMeta.of(t)  # noqa: E731
-    problem = check_problem(meta(call.a), meta(call.b), meta(call.out), meta(call.bias))
+    problem = check_tensors(call.a, call.b, call.out, call.bias)
     if isinstance(problem, Decline):
         return problem
     return config_fits(cfg, problem) or (cfg, problem)

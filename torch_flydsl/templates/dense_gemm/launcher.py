@@ -21,9 +21,9 @@ from typing import Any, Optional
 
 import torch
 
-from ..base import Decline, TensorMeta
+from ..base import Decline
 from .config import DenseGemmConfig
-from .eligibility import check_problem
+from .eligibility import check_tensors
 from .problem import GemmProblem
 
 
@@ -37,8 +37,7 @@ def flat_operand(t: torch.Tensor) -> torch.Tensor:
 
 def checked_problem(a, b, out, bias=None) -> GemmProblem:
     """The family's eligibility gate for direct callers; raises ``ValueError`` with its reason."""
-    meta = lambda t: None if t is None else TensorMeta.of(t)  # noqa: E731
-    problem = check_problem(meta(a), meta(b), meta(out), meta(bias))
+    problem = check_tensors(a, b, out, bias)
     if isinstance(problem, Decline):
         raise ValueError(f"dense GEMM declines these operands: {problem}")
     return problem

@@ -6,7 +6,7 @@ descriptor can live beside it and be read inside ``import torch``. The FlyDSL ke
 (``kernel.py``) and launcher import FlyDSL lazily.
 """
 
-import importlib
+from .. import lazy_exports
 
 # ``reference`` is both a submodule and the function it exports: importing it here (torch
 # only) binds the package attribute to the function for good (see dense_gemm/__init__.py).
@@ -31,8 +31,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS) + ["dequantize", "reference"]
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

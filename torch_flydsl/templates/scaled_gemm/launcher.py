@@ -31,8 +31,8 @@ from .problem import ScaledGemmProblem
 
 def checked_problem(a, b, scale_a, scale_b, out, bias=None) -> ScaledGemmProblem:
     """The family's eligibility gate for direct callers; raises ``ValueError`` with its reason."""
-    meta = lambda t: None if t is None else TensorMeta.of(t)  # noqa: E731
-    problem = check_problem(meta(a), meta(b), meta(scale_a), meta(scale_b), meta(out), meta(bias))
+    of = TensorMeta.of_optional
+    problem = check_problem(of(a), of(b), of(scale_a), of(scale_b), of(out), of(bias))
     if isinstance(problem, Decline):
         raise ValueError(f"scaled GEMM declines these operands: {problem}")
     return problem
