@@ -28,9 +28,20 @@ def test_doctor_says_who_serves_each_op_here_and_on_a_gfx950():
     out = cli("doctor")
     table = out.split("Who serves each op")[1]
     rows = {line.split()[0]: line.split()[1:3] for line in table.splitlines()[3:] if line.strip()}
-    # No MI350 here: PyTorch serves everything; on a gfx950 the plugin takes mm and addmm.
+    # No MI350 here: PyTorch serves everything; on a gfx950 the plugin takes the GEMMs it has
+    # families for (v2 scaled_mm only where Inductor can hand it over: torch 2.13+, and not
+    # where torch's in-tree backend serves it).
+    import torch
+
+    from torch_flydsl.runtime.intree import install_status
+    from torch_flydsl.runtime.probe import _parse_version
+
     assert rows["mm"] == ["pytorch", "plugin"] and rows["addmm"] == ["pytorch", "plugin"]
-    assert rows["scaled_mm"][1] in ("pytorch", "in-tree") and set(rows) >= {"grouped_mm", "rms_norm", "topk"}
+    assert rows["scaled_mm"] == ["pytorch", "plugin"]
+    v2 = "pytorch" if _parse_version(torch.__version__)[:2] < (2, 13) else (
+        "in-tree" if install_status().usable else "plugin")
+    assert rows["scaled_mm_v2"] == ["pytorch", v2]
+    assert set(rows) >= {"grouped_mm", "rms_norm", "topk"}
 
 
 def test_explain_json_has_served_by_offered_and_declined():

@@ -15,16 +15,34 @@ from typing import Optional
 
 FAMILY_MODULES = (
     "torch_flydsl.templates.dense_gemm.family",
+    "torch_flydsl.templates.scaled_gemm.family",
 )
 
 
 @dataclass(frozen=True)
 class CustomOp:
-    """One ``torch.ops.torch_flydsl.<name>`` op: what generated code calls for ``aten_op``."""
+    """One ``torch.ops.torch_flydsl.<name>`` op: what generated code calls for ``aten_op``.
+
+    A ``baseline`` op is PyTorch's own computation under the family's op contract, the ATen
+    choice beside ours where Inductor has none for the node (its ``aten_op`` is empty).
+    """
 
     name: str
     schema: str
     aten_op: str
+    baseline: bool = False
+
+
+@dataclass(frozen=True)
+class LoweringOverride:
+    """An aten overload whose Inductor lowering never offers choices to ``get_template_configs``
+    (or does not exist): the glue overrides it on torch >= ``min_torch`` for ``op_name``'s
+    family, and hands back to the stock lowering whenever the family declines."""
+
+    target: str  # aten overload packet name, e.g. "_scaled_mm_v2"
+    op_name: str  # the family's op (its custom op and config space), e.g. "scaled_mm"
+    min_torch: tuple[int, int]
+    serving: str  # the name coexistence, doctor and explain know this entry point by
 
 
 @dataclass(frozen=True)
@@ -34,8 +52,11 @@ class Family:
     - ``problem_from_metas(aten_op, inputs, out, scalars) -> problem | Decline`` (TensorMeta in)
     - ``configs_for(problem, breadth) -> (fitting, [(config, Decline)])``
     - ``call_kwargs(aten_op, scalars) -> dict`` (extra keyword arguments of the custom op)
-    - ``prepare(custom_op, args, kwargs) -> (call, problem_or_decline)`` and
-      ``execute(executor, call, problem)`` / ``torch_fallback(call)`` for the custom op's body
+    - optional ``scalars_from_node(aten_op, target, args, kwargs) -> dict``: non-tensor arguments
+      of the FX node being lowered that the gate needs (Inductor passes choices tensors only)
+    - ``parse_call(custom_op, args, kwargs) -> call``, ``check_call(call) -> (config, problem) |
+      Decline``, ``execute(executor, config, problem, call)`` and ``torch_fallback(call)``: the
+      custom op's body (``torch_fallback`` is also a ``baseline`` op's whole body)
     - ``explain_problem(aten_op, m, n, k, **kw) -> problem | Decline`` for the CLI
     - ``KERNEL_VERSION``: part of every cache key the family's kernels influence
     """
@@ -43,13 +64,17 @@ class Family:
     name: str
     module: str
     custom_ops: tuple[CustomOp, ...]
+    lowering_overrides: tuple[LoweringOverride, ...] = ()
 
     @property
     def aten_ops(self) -> tuple[str, ...]:
-        return tuple(op.aten_op for op in self.custom_ops)
+        return tuple(op.aten_op for op in self.custom_ops if not op.baseline)
 
     def custom_op_for(self, aten_op: str) -> CustomOp:
-        return next(op for op in self.custom_ops if op.aten_op == aten_op)
+        return next(op for op in self.custom_ops if op.aten_op == aten_op and not op.baseline)
+
+    def baseline_op(self) -> Optional[CustomOp]:
+        return next((op for op in self.custom_ops if op.baseline), None)
 
     def impl(self):
         return importlib.import_module(self.module)
@@ -61,8 +86,13 @@ def families() -> tuple[Family, ...]:
 
 
 def family_for(aten_op: str) -> Optional[Family]:
-    """The family serving ``aten_op`` (e.g. "mm"), or None."""
-    return next((f for f in families() if aten_op in f.aten_ops), None)
+    """The family serving ``aten_op`` (e.g. "mm", or an override's serving name), or None."""
+    return next((f for f in families() if aten_op in f.aten_ops or any(
+        o.serving == aten_op for o in f.lowering_overrides)), None)
+
+
+def override_for(serving: str) -> Optional[LoweringOverride]:
+    return next((o for f in families() for o in f.lowering_overrides if o.serving == serving), None)
 
 
 def family_of_custom_op(name: str) -> Family:

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import config
-from .registry import family_for
+from .registry import family_for, override_for
 from .runtime import intree
 
-# Every op family either backend may serve, in the order doctor lists them.
-ALL_OPS = ("mm", "addmm", "scaled_mm", "grouped_mm", "rms_norm", "topk")
+# Every op either backend may serve, in the order doctor lists them. MX scaled GEMM has two
+# entries: torch._scaled_mm (v1, which torch 2.15's in-tree backend leaves alone) and
+# torch._scaled_mm_v2 / F.scaled_mm (v2, which it serves).
+ALL_OPS = ("mm", "addmm", "scaled_mm", "scaled_mm_v2", "grouped_mm", "rms_norm", "topk")
 
 PLUGIN, INTREE, PYTORCH = "plugin", "in-tree", "pytorch"
 
@@ -54,6 +56,9 @@ def who_serves(op: str, device_type: str = "cuda", index: int = 0, assume_gfx950
     if deferred:
         return Serving(op, INTREE, deferred)
     if family_for(op) is not None:
+        unreachable = _unreachable(op)
+        if unreachable:
+            return Serving(op, PYTORCH, unreachable)
         why = None if assume_gfx950 else _plugin_device_reason(device_type, index)
         if why is None:
             from .runtime.probe import flydsl_info
@@ -71,3 +76,19 @@ def who_serves(op: str, device_type: str = "cuda", index: int = 0, assume_gfx950
     st = intree.status(device_type, index, assume_gfx950, intree.INTREE_OPS.get(op, "inductor"))
     theirs = f"; in-tree {'eager overrides' if intree.INTREE_OPS.get(op) == 'eager' else 'backend'} {st}" if st.present else ""
     return Serving(op, PYTORCH, f"torch_flydsl has no {op} kernels yet{theirs}")
+
+
+def _unreachable(op: str) -> Optional[str]:
+    """Why this torch's Inductor cannot hand ``op`` to any plugin (an override needs a newer one)."""
+    override = override_for(op)
+    if override is None:
+        return None
+    import torch
+
+    from .runtime.probe import _parse_version
+
+    if _parse_version(torch.__version__)[:2] >= override.min_torch:
+        return None
+    need = ".".join(map(str, override.min_torch))
+    return (f"Inductor in torch {torch.__version__} cannot hand aten.{override.target} to a plugin (it falls back to "
+            f"the eager op before any lowering hook); torch {need}+ can, and torch._scaled_mm (v1) works here")

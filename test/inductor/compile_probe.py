@@ -2,7 +2,11 @@
 
 Used by the Inductor-glue tests (the FX-graph and autotune caches only show their behaviour
 across processes). Options come from argv as JSON:
-  op: "mm" | "addmm" | "linear";  backends: max_autotune_gemm_backends;  force_win: make every
+  op: "mm" | "addmm" | "linear" | "scaled_mm" (MX torch._scaled_mm) | "scaled_mm_v2" (F.scaled_mm,
+  BlockWise1x32, NO_SWIZZLE);  formats: the MX formats of A and B ("e4m3", "e5m2", "e2m1");
+  bias: a bias vector for the scaled ops;  simulate_rocm_meta: set torch.version.hip in this
+  process so that PyTorch's meta functions check ROCm's MX scale layout (a CPU wheel checks
+  CUDA's swizzled one; nothing else here keys on it for CPU tensors);  backends: max_autotune_gemm_backends;  force_win: make every
   FlyDSL choice benchmark as fastest (timings are meaningless on a CPU);  bump_version: pretend
   the plugin version changed;  shape: [M, N, K];  layout: "nn" | "nt" | ...;
   fixed_aten_timings: deterministic timings for PyTorch's own extern choices;
@@ -20,11 +24,16 @@ import sys
 import torch
 
 
-def plant_failure(cfg_key):
+def family_package(op):
+    return "scaled_gemm" if op.startswith("scaled_mm") else "dense_gemm"
+
+
+def plant_failure(cfg_key, package):
     """The emulated kernel of ``cfg_key`` raises as the emulator does when it finds a kernel
     wrong (an ``EmulatorError``: the op never hides those behind PyTorch's result)."""
     from torch_flydsl.emulator.errors import EmulatorError
-    from torch_flydsl.templates.dense_gemm import emulated
+
+    emulated = importlib.import_module(f"torch_flydsl.templates.{package}.emulated")
 
     class PlantedKernelFault(EmulatorError):
         pass
@@ -39,8 +48,8 @@ def plant_failure(cfg_key):
     emulated.run_emulated = run_or_fail
 
 
-def offer_only(cfg_keys):
-    from torch_flydsl.templates.dense_gemm import family
+def offer_only(cfg_keys, package):
+    family = importlib.import_module(f"torch_flydsl.templates.{package}.family")
 
     configs_for = family.configs_for
 
@@ -51,8 +60,8 @@ def offer_only(cfg_keys):
     family.configs_for = fewer
 
 
-def count_launches():
-    from torch_flydsl.templates.dense_gemm import launcher
+def count_launches(package):
+    launcher = importlib.import_module(f"torch_flydsl.templates.{package}.launcher")
 
     launched, launch = [], launcher.launch
 
@@ -78,7 +87,11 @@ def main(opts):
     from torch._inductor.select_algorithm import add_feedback_saver
 
     def saver(timings, name, *rest):  # the signature grew across torch versions
-        autotune_seen.append({"op": name, "choices": sorted({type(c).__name__ for c in timings})})
+        autotune_seen.append({
+            "op": name,
+            "choices": sorted({type(c).__name__ for c in timings}),
+            "descriptions": sorted(str(getattr(c, "description", "") or getattr(c, "name", "")) for c in timings),
+        })
 
     add_feedback_saver(saver)
     flydsl_log = []
@@ -88,11 +101,15 @@ def main(opts):
             flydsl_log.append(record.getMessage())
 
     logging.getLogger("torch_flydsl").addHandler(Recorder(logging.WARNING))
-    launched = count_launches()
+    op = opts.get("op", "mm")
+    package = family_package(op)
+    launched = count_launches(package)
     if opts.get("only_configs"):
-        offer_only(opts["only_configs"])
+        offer_only(opts["only_configs"], package)
     if opts.get("fail_config"):
-        plant_failure(opts["fail_config"])
+        plant_failure(opts["fail_config"], package)
+    if opts.get("simulate_rocm_meta"):
+        torch.version.hip = "7.0.0"
     if torch_flydsl.is_enabled():
         importlib.import_module("torch._inductor.lowering")  # installs the glue
         from torch_flydsl.inductor import choices, versions
@@ -111,10 +128,10 @@ def main(opts):
             install._installed = False
             install.install()
 
-        bind = choices.FlyDSLChoicesMixin._flydsl_bind
+        bind = choices.bind_configs
 
-        def bind_and_record(self, kernel_inputs, op_name, offer):
-            callers = bind(self, kernel_inputs, op_name, offer)
+        def bind_and_record(*args, **kwargs):
+            callers = bind(*args, **kwargs)
             for c in callers:
                 real = c.benchmark
 
@@ -127,7 +144,7 @@ def main(opts):
                 c.benchmark = bench
             return callers
 
-        choices.FlyDSLChoicesMixin._flydsl_bind = bind_and_record
+        choices.bind_configs = bind_and_record
 
     if opts.get("fixed_aten_timings"):
         # Two ATen choices (addmm, bias_addmm on 2.11) would otherwise race on CPU noise.
@@ -136,21 +153,10 @@ def main(opts):
         ExternKernelCaller.benchmark = lambda self, *a, **k: 1.0 + len(self.choice.name) * 1e-3
 
     m, n, k = opts.get("shape", [64, 128, 256])
-    layout = opts.get("layout", "nn")
-    dtype = getattr(torch, opts.get("dtype", "bfloat16"))
-    g = torch.Generator().manual_seed(0)
-    a = torch.randn(m, k, dtype=dtype, generator=g) if layout[0] == "n" else torch.randn(k, m, dtype=dtype, generator=g).t()
-    b = torch.randn(k, n, dtype=dtype, generator=g) if layout[1] == "n" else torch.randn(n, k, dtype=dtype, generator=g).t()
-    bias = torch.randn(n, dtype=dtype, generator=g)
-    device = opts.get("device", "cpu")
-    a, b, bias = (t.to(device) for t in (a, b, bias))
-    op = opts.get("op", "mm")
-    if op == "mm":
-        fn, args = (lambda x, y: x @ y), (a, b)
-    elif op == "addmm":
-        fn, args = (lambda c, x, y: torch.addmm(c, x, y, alpha=0.5, beta=2.0)), (bias, a, b)
+    if op.startswith("scaled_mm"):
+        fn, args, reference = scaled_case(op, m, n, k, opts)
     else:
-        fn, args = (lambda x, w, c: torch.nn.functional.linear(x, w, c)), (a, b.t(), bias)
+        fn, args, reference = dense_case(op, m, n, k, opts)
     if opts.get("epilogue") == "relu":  # a pointwise consumer Triton templates can fuse
         inner = fn
         fn = lambda *xs: torch.relu(inner(*xs)) * 2.0  # noqa: E731
@@ -161,7 +167,7 @@ def main(opts):
         out, code = run_and_get_code(compiled, *args)
         for _ in range(opts.get("extra_runs", 0)):  # replays (CUDA graphs under max-autotune)
             out = compiled(*args)
-    ref = fn(*[t.double() for t in args])
+    ref = reference(*args)
     lines = [ln.strip() for ln in code[0].splitlines() if "torch_flydsl" in ln or "extern_kernels." in ln]
     print(json.dumps({
         "calls": [ln for ln in lines if not ln.startswith("from ")],
@@ -175,6 +181,64 @@ def main(opts):
         "flydsl_log": flydsl_log,
         "launches": len(launched),
     }))
+
+
+def dense_case(op, m, n, k, opts):
+    layout = opts.get("layout", "nn")
+    dtype = getattr(torch, opts.get("dtype", "bfloat16"))
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, dtype=dtype, generator=g) if layout[0] == "n" else torch.randn(k, m, dtype=dtype, generator=g).t()
+    b = torch.randn(k, n, dtype=dtype, generator=g) if layout[1] == "n" else torch.randn(n, k, dtype=dtype, generator=g).t()
+    bias = torch.randn(n, dtype=dtype, generator=g)
+    device = opts.get("device", "cpu")
+    a, b, bias = (t.to(device) for t in (a, b, bias))
+    if op == "mm":
+        fn, args = (lambda x, y: x @ y), (a, b)
+    elif op == "addmm":
+        fn, args = (lambda c, x, y: torch.addmm(c, x, y, alpha=0.5, beta=2.0)), (bias, a, b)
+    else:
+        fn, args = (lambda x, w, c: torch.nn.functional.linear(x, w, c)), (a, b.t(), bias)
+    return fn, args, lambda *xs: fn(*[t.double() for t in xs])
+
+
+def scaled_case(op, m, n, k, opts):
+    """Random finite MX operands (A [M, K] row-major, B [K, N] column-major) and E8M0 scales
+    [round_up(rows, 128), K/32] (what PyTorch's meta functions ask of v1 MX scales for
+    K % 128 == 0; the rows past M/N are never read), and the float64 reference."""
+    import torch.nn.functional as F
+
+    from torch_flydsl.templates.scaled_gemm import reference
+    from torch_flydsl.templates.scaled_gemm.problem import DTYPE_OF_FORMAT, FORMATS, SCALE_DTYPE
+
+    fa, fb = opts.get("formats", ["e4m3", "e4m3"])
+    g = torch.Generator().manual_seed(0)
+
+    def codes(rows, fmt):
+        c = torch.randint(0, 256, (rows, FORMATS[fmt].row_bytes(k)), generator=g, dtype=torch.uint8)
+        if fmt == "e4m3":
+            c[(c & 0x7F) == 0x7F] ^= 1  # NaN -> finite
+        elif fmt == "e5m2":
+            c[(c & 0x7C) == 0x7C] &= 0xFB  # Inf/NaN -> finite
+        return c.view(DTYPE_OF_FORMAT[fmt])
+
+    def scales(rows):
+        padded = -(-rows // 128) * 128 if op == "scaled_mm" else rows
+        return torch.randint(120, 135, (padded, k // 32), generator=g, dtype=torch.uint8).view(SCALE_DTYPE)
+
+    a, b = codes(m, fa), codes(n, fb).t()
+    sa, sb = scales(m), scales(n)
+    out_dtype = getattr(torch, opts.get("dtype", "bfloat16"))
+    bias = torch.randn(n, generator=g).to(out_dtype) if opts.get("bias") else None
+    if op == "scaled_mm":
+        def fn(a, b, sa, sb, bias=None):
+            return torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
+    else:
+        def fn(a, b, sa, sb, bias=None):
+            mx, plain = F.ScalingType.BlockWise1x32, F.SwizzleType.NO_SWIZZLE
+            return F.scaled_mm(a, b, sa, mx, sb, mx, swizzle_a=plain, swizzle_b=plain, bias=bias,
+                               output_dtype=out_dtype)
+    args = (a, b, sa, sb) + ((bias,) if bias is not None else ())
+    return fn, args, lambda *xs: reference(*xs)
 
 
 if __name__ == "__main__":

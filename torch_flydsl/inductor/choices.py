@@ -87,23 +87,54 @@ class FlyDSLChoicesMixin:
             if current in seen:
                 return None
             seen.add(current)
-        offer = plan(op_name, nodes, layout, dict(getattr(kernel_inputs, "_scalars", {}) or {}))
+        scalars = dict(getattr(kernel_inputs, "_scalars", {}) or {})
+        scalars.update(node_scalars(op_name, current))
+        offer = plan(op_name, nodes, layout, scalars, serving=_serving_name(op_name, current))
         log_offer(offer, _node_label(op_name))
         return offer
 
     def _flydsl_bind(self, kernel_inputs, op_name, offer):
-        from .extern import extern_choice
+        scalars = getattr(kernel_inputs, "_scalars", {}) or {}
+        return bind_configs(offer, kernel_inputs.nodes(), kernel_inputs.output_layout(flexible=False), scalars)
 
-        choice = extern_choice(offer.family.custom_op_for(op_name).name)
-        layout = kernel_inputs.output_layout(flexible=False)
-        kwargs = offer.family.impl().call_kwargs(op_name, getattr(kernel_inputs, "_scalars", {}) or {})
-        callers = []
-        for cfg in offer.configs:
-            caller = choice.bind(kernel_inputs.nodes(), layout, cfg=cfg.key(), **kwargs)
-            caller.description = f"FlyDSL {cfg.key()}"
-            isolate_failures(caller, cfg.key())
-            callers.append(caller)
-        return callers
+
+def bind_configs(offer, nodes, layout, scalars: dict) -> list:
+    """One extern caller per offered config, each isolated from failing the compile."""
+    from .extern import extern_choice
+
+    family, op_name = offer.family, offer.op_name
+    choice = extern_choice(family.custom_op_for(op_name).name)
+    kwargs = family.impl().call_kwargs(op_name, scalars)
+    callers = []
+    for cfg in offer.configs:
+        caller = choice.bind(nodes, layout, cfg=cfg.key(), **kwargs)
+        caller.description = f"FlyDSL {cfg.key()}"
+        isolate_failures(caller, cfg.key())
+        callers.append(caller)
+    return callers
+
+
+def _serving_name(op_name: str, fx_node):
+    """The entry point's coexistence name when the stock lowering of an overridden op reaches
+    us (torch 2.13 lowers MX ``_scaled_mm_v2`` through get_template_configs("scaled_mm"))."""
+    from ..registry import family_for
+
+    target = getattr(fx_node, "target", None)
+    name = target.name().split("::")[-1] if hasattr(target, "name") else None
+    return next((o.serving for o in family_for(op_name).lowering_overrides if o.target == name), None)
+
+
+def node_scalars(op_name: str, fx_node) -> dict:
+    """Non-tensor arguments of the FX node being lowered, as the family reads them (Inductor
+    hands the choices its tensors only; a scaled_mm's ``scale_result`` or a v2 recipe would be
+    lost)."""
+    from ..registry import family_for
+
+    reader = getattr(family_for(op_name).impl(), "scalars_from_node", None)
+    target = getattr(fx_node, "target", None)
+    if reader is None or not hasattr(target, "name"):
+        return {}
+    return reader(op_name, target.name().split("::")[-1], tuple(fx_node.args), dict(fx_node.kwargs))
 
 
 def isolate_failures(caller, label: str) -> None:

@@ -49,6 +49,11 @@ def install() -> bool:
         _installed = True
         return False
     ic.inductor_choices_class = functools.partial(make_choices, base=base, version=fingerprint(), knobs=LiveKnobs())
+    from .overrides import install as install_overrides
+
+    overridden = install_overrides()
+    if overridden:
+        log.debug("FlyDSL lowering overrides for %s", ", ".join(f"aten.{t}" for t in overridden))
     log.debug("FlyDSL Inductor glue installed")
     _installed = True
     return True

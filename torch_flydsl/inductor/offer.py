@@ -68,7 +68,9 @@ def inductor_gate() -> Optional[Decline]:
     return None
 
 
-def plan(op_name: str, nodes: list[Any], layout, scalars: dict) -> Offer:
+def plan(op_name: str, nodes: list[Any], layout, scalars: dict, serving: Optional[str] = None) -> Offer:
+    """``serving``: the entry point's name for coexistence when it differs from ``op_name``
+    (``scaled_mm_v2`` is served by the scaled_mm family)."""
     family = family_for(op_name)
     offer = Offer(op_name, family)
     if family is None:
@@ -81,7 +83,7 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict) -> Offer:
     reason = device_decline(device)
     if reason:
         return offer.decline("device", reason)
-    deferred = deferral(op_name, device.type, device.index or 0)
+    deferred = deferral(serving or op_name, device.type, device.index or 0)
     if deferred:
         return offer.decline("coexistence", deferred)
     metas = [tensor_meta(n) for n in nodes]

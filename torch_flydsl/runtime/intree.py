@@ -37,7 +37,7 @@ from .probe import _parse_version, flydsl_info, intree_flydsl_present, torch_fil
 INTREE_OPS = {
     "mm": "inductor",
     "grouped_mm": "inductor",
-    "scaled_mm": "inductor",  # only through _scaled_mm_v2 / F.scaled_mm with MX block scales
+    "scaled_mm_v2": "inductor",  # _scaled_mm_v2 / F.scaled_mm with MX block scales (not v1 _scaled_mm)
     "rms_norm": "eager",
     "topk": "eager",
 }

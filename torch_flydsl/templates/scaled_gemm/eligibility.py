@@ -43,7 +43,7 @@ _FNUZ = (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 
 
 # F.scaled_mm's enums by value, for callers that pass ints.
-_SWIZZLES = {0: "NO_SWIZZLE", 1: "SWIZZLE_32_4_4"}
+_SWIZZLES = {0: "NO_SWIZZLE", 1: "SWIZZLE_32_4_4", 2: "SWIZZLE_32_8"}
 _RECIPES = {0: "TensorWise", 1: "RowWise", 2: "BlockWise1x16", 3: "BlockWise1x32", 4: "BlockWise1x128",
             5: "BlockWise128x128"}
 

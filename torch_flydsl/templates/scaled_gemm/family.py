@@ -1,0 +1,210 @@
+"""The MX scaled GEMM family as the glue sees it (``torch_flydsl.registry``): ``scaled_mm``.
+
+One custom op serves both of PyTorch's entry points once they are reduced to the same
+contract: ``torch._scaled_mm`` (v1, reached through ``get_template_configs("scaled_mm")`` on
+every torch) and ``torch._scaled_mm_v2`` / ``F.scaled_mm`` (a lowering override on torch 2.13+,
+``LOWERING_OVERRIDES``) with BlockWise1x32 recipes and ``NO_SWIZZLE`` scales. The op's
+contract: A ``[M, K]`` row-major, B ``[K, N]`` column-major, MXFP8/MXFP4 values, E8M0 scales
+``[>= M, K/32]`` / ``[>= N, K/32]`` row-major (unswizzled), bf16/fp16 output, optional bias[N].
+
+Module level holds only the descriptor (read inside ``import torch``); everything else imports
+the family's code when first called.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ...registry import CustomOp, Family, LoweringOverride
+
+_OPERANDS = "Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None"
+FAMILY = Family(
+    name="scaled_gemm",
+    module=__name__,
+    custom_ops=(
+        CustomOp("scaled_mm_out", f"({_OPERANDS}, *, str cfg, Tensor(a!) out) -> ()", "scaled_mm"),
+        # PyTorch's own MX GEMM under the same contract: the ATen choice of the v2 override.
+        CustomOp("aten_scaled_mm_out", f"({_OPERANDS}, *, Tensor(a!) out) -> ()", "", baseline=True),
+    ),
+    # On 2.11/2.12 ``_scaled_mm_v2`` has no lowering and its E8M0 scales force an eager
+    # fallback before any hook runs; 2.14+ send MX v2 to an eager fallback before any choice.
+    lowering_overrides=(LoweringOverride("_scaled_mm_v2", "scaled_mm", (2, 13), "scaled_mm_v2"),),
+)
+
+
+def __getattr__(name):
+    if name == "KERNEL_VERSION":
+        from .config import KERNEL_VERSION
+
+        return KERNEL_VERSION
+    raise AttributeError(name)
+
+
+# -- Inductor and CLI side: TensorMeta in, problem or Decline out ---------------------------
+
+
+def scalars_from_node(aten_op: str, target: str, args: tuple, kwargs: dict) -> dict:
+    """The non-tensor arguments of the FX node being lowered that the gate must see
+    (Inductor's scaled_mm lowering hands the choices only the tensors)."""
+    if target == "_scaled_mm":
+        names = ("a", "b", "scale_a", "scale_b", "bias", "scale_result", "out_dtype", "use_fast_accum")
+        bound = dict(zip(names, args), **kwargs)
+        return {"scale_result": bound.get("scale_result") is not None, "out_dtype": bound.get("out_dtype")}
+    if target == "_scaled_mm_v2":
+        names = ("a", "b", "scale_a", "recipe_a", "swizzle_a", "scale_b", "recipe_b", "swizzle_b", "bias",
+                 "out_dtype", "contraction_dim", "use_fast_accum")
+        bound = dict(zip(names, args), **kwargs)
+        return {
+            "recipe_a": list(bound["recipe_a"]), "recipe_b": list(bound["recipe_b"]),
+            "swizzle_a": list(bound["swizzle_a"]), "swizzle_b": list(bound["swizzle_b"]),
+            "levels": (len(bound["scale_a"]), len(bound["scale_b"])),
+            "contraction_dim": list(bound.get("contraction_dim") or []),
+            "out_dtype": bound.get("out_dtype"),
+        }
+    return {}
+
+
+def lowering_operands(target: str, args: tuple, kwargs: dict) -> tuple[list, Any]:
+    """For a lowering override of ``target``: the custom op's tensor operands (a, b, scale_a,
+    scale_b[, bias]: one level of scales) and the output dtype, from the lowering's arguments
+    (Inductor IR nodes and Python values). Only the first scale level is taken: the gate sees
+    the level count in ``scalars_from_node`` and declines several."""
+    names = ("a", "b", "scale_a", "recipe_a", "swizzle_a", "scale_b", "recipe_b", "swizzle_b", "bias",
+             "out_dtype", "contraction_dim", "use_fast_accum")
+    bound = dict(zip(names, args), **kwargs)
+    tensors = [bound["a"], bound["b"], bound["scale_a"][0], bound["scale_b"][0]]
+    if bound.get("bias") is not None:
+        tensors.append(bound["bias"])
+    return tensors, bound.get("out_dtype")
+
+
+def problem_from_metas(aten_op: str, inputs: list, out, scalars: dict):
+    """``inputs``: (a, b, scale_a, scale_b[, bias]) as TensorMeta; ``scalars`` from
+    ``scalars_from_node`` (and, for the v2 override, the recipes and swizzles)."""
+    from ..base import Decline
+    from .eligibility import check_problem
+
+    levels = scalars.get("levels", (1, 1))
+    if levels != (1, 1):
+        return Decline("dtype", f"multi-level scales ({levels[0]} x {levels[1]}; two-level NVFP4) are not MX")
+    if scalars.get("contraction_dim") not in (None, [], [1, 0]):
+        return Decline("layout", f"contraction_dim {scalars['contraction_dim']}: only A's dim 1 with B's dim 0")
+    one = lambda v: v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v  # noqa: E731
+    a, b, scale_a, scale_b = inputs[:4]
+    bias = inputs[4] if len(inputs) > 4 else None
+    return check_problem(
+        a, b, scale_a, scale_b, out, bias,
+        out_dtype=scalars.get("out_dtype"),
+        scale_recipe_a=one(scalars.get("recipe_a")), scale_recipe_b=one(scalars.get("recipe_b")),
+        swizzle_a=one(scalars.get("swizzle_a")), swizzle_b=one(scalars.get("swizzle_b")),
+        scale_result=True if scalars.get("scale_result") else None,
+    )
+
+
+def configs_for(problem, breadth: str):
+    from .config import configs_for as fit
+
+    return fit(problem, breadth)
+
+
+def call_kwargs(aten_op: str, scalars: dict) -> dict:
+    return {}
+
+
+_MX_FORMATS = {"mxfp8": ("e4m3", "e4m3"), "mxfp8-e5m2": ("e5m2", "e5m2"), "mxfp4": ("e2m1", "e2m1"),
+               "w4a8": ("e4m3", "e2m1")}
+DTYPES = tuple(_MX_FORMATS)
+
+
+def explain_problem(aten_op: str, m: int, n: int, k: int, dtype: str = "mxfp8", out_dtype=None, bias: bool = False):
+    """The problem an ``M x N x K`` MX GEMM in ``torch._scaled_mm``'s layout poses, or a Decline.
+    ``dtype``: mxfp8 (e4m3 x e4m3), mxfp8-e5m2, mxfp4 (e2m1 x e2m1) or w4a8 (e4m3 A x e2m1 B)."""
+    import torch
+
+    from ..base import Decline
+    from .eligibility import check_problem, contiguous_metas
+
+    if dtype not in _MX_FORMATS:
+        return Decline("dtype", f"{dtype} is not an MX format this family knows ({', '.join(DTYPES)}); "
+                                "fp8 with float32 tensor- or row-wise scales stays on PyTorch's path")
+    a_format, b_format = _MX_FORMATS[dtype]
+    if "e2m1" in (a_format, b_format) and k % 2:
+        return Decline("shape", f"K={k} is odd: MXFP4 packs two values per byte")
+    metas = contiguous_metas(m, n, k, a_format, b_format, out_dtype or torch.bfloat16, bias)
+    return check_problem(*metas)
+
+
+# -- the custom op's body ---------------------------------------------------------------------
+
+
+@dataclass
+class ScaledCall:
+    cfg_key: str
+    a: Any
+    b: Any
+    scale_a: Any
+    scale_b: Any
+    out: Any
+    bias: Optional[Any] = None
+
+
+def parse_call(custom_op: str, args: tuple, kwargs: dict) -> ScaledCall:
+    a, b, scale_a, scale_b, *rest = args
+    bias = rest[0] if rest else kwargs.get("bias")
+    return ScaledCall(kwargs.get("cfg", "aten"), a, b, scale_a, scale_b, kwargs["out"], bias)
+
+
+def check_call(call: ScaledCall):
+    """(config, problem) for these operands, or a Decline (operands can differ at run time from
+    what was lowered). Raises ValueError for a key that is not a scaled-GEMM config."""
+    from ..base import Decline, TensorMeta
+    from .config import ScaledGemmConfig, config_fits
+    from .eligibility import check_problem
+
+    cfg = ScaledGemmConfig.from_key(call.cfg_key)
+    of = TensorMeta.of_optional
+    problem = check_problem(of(call.a), of(call.b), of(call.scale_a), of(call.scale_b), of(call.out), of(call.bias))
+    if isinstance(problem, Decline):
+        return problem
+    return config_fits(cfg, problem) or (cfg, problem)
+
+
+def execute(executor: str, cfg, problem, call: ScaledCall) -> None:
+    if executor == "reference-standin":
+        # Plumbing tests only (named so in every test that uses it): not a FlyDSL kernel.
+        from .reference import reference
+
+        result = reference(call.a, call.b, call.scale_a, call.scale_b, call.bias, device=call.out.device)
+        call.out.copy_(result.to(call.out.dtype))
+    elif executor == "emulator":
+        from .emulated import run_emulated
+
+        run_emulated(cfg, call.a, call.b, call.scale_a, call.scale_b, call.out, call.bias, problem=problem)
+    else:
+        from .launcher import launch
+
+        launch(cfg, call.a, call.b, call.scale_a, call.scale_b, call.out, bias=call.bias, problem=problem)
+
+
+def torch_fallback(call: ScaledCall) -> None:
+    """PyTorch's result for the op's contract (unswizzled BlockWise1x32 scales), said through
+    ``_scaled_mm_v2`` so that no build's v1 scale convention can reinterpret it. CPU builds of
+    PyTorch have no MX kernel at all: there the exact dequantized product stands in (the op
+    reaches the CPU only under the emulator executor)."""
+    import torch
+
+    if call.out.device.type == "cpu":
+        from .reference import reference
+
+        call.out.copy_(reference(call.a, call.b, call.scale_a, call.scale_b, call.bias).to(call.out.dtype))
+        return
+    blockwise_1x32, no_swizzle = 3, 0  # F.ScalingType.BlockWise1x32, F.SwizzleType.NO_SWIZZLE
+    m, n = call.out.shape
+    result = torch._scaled_mm_v2(
+        call.a, call.b,
+        [call.scale_a[:m]], [blockwise_1x32], [no_swizzle],
+        [call.scale_b[:n]], [blockwise_1x32], [no_swizzle],
+        call.bias, call.out.dtype,
+    )
+    call.out.copy_(result)
