@@ -4,10 +4,11 @@ Used by the Inductor-glue tests (the FX-graph and autotune caches only show thei
 across processes). Options come from argv as JSON:
   op: "mm" | "addmm" | "linear" | "scaled_mm" (MX torch._scaled_mm) | "scaled_mm_v2" (F.scaled_mm,
   BlockWise1x32, NO_SWIZZLE);  formats: the MX formats of A and B ("e4m3", "e5m2", "e2m1");
-  bias: a bias vector for the scaled ops;  simulate_rocm_meta: set torch.version.hip in this
+  bias: a bias vector for the scaled ops;  recipe: "mx" (default) or "tensorwise" (fp8 with
+  float32 scalar scales, which CPU PyTorch can run: a non-MX scaled_mm);  simulate_rocm_meta: set torch.version.hip in this
   process so that PyTorch's meta functions check ROCm's MX scale layout (a CPU wheel checks
   CUDA's swizzled one; nothing else here keys on it for CPU tensors);  backends: max_autotune_gemm_backends;  force_win: make every
-  FlyDSL choice benchmark as fastest (timings are meaningless on a CPU);  bump_version: pretend
+  FlyDSL choice benchmark as fastest (timings are meaningless on a CPU);  force_lose: as slowest;  bump_version: pretend
   the plugin version changed;  shape: [M, N, K];  layout: "nn" | "nt" | ...;
   fixed_aten_timings: deterministic timings for PyTorch's own extern choices;
   only_configs: offer just these FlyDSL config keys (of those that fit);  fail_config: the
@@ -101,6 +102,13 @@ def main(opts):
             flydsl_log.append(record.getMessage())
 
     logging.getLogger("torch_flydsl").addHandler(Recorder(logging.WARNING))
+    flydsl_notes = []  # info and above (declines, offers): needs TORCH_FLYDSL_LOG=info
+
+    class NoteRecorder(logging.Handler):
+        def emit(self, record):
+            flydsl_notes.append(record.getMessage())
+
+    logging.getLogger("torch_flydsl").addHandler(NoteRecorder(logging.INFO))
     op = opts.get("op", "mm")
     package = family_package(op)
     launched = count_launches(package)
@@ -139,6 +147,8 @@ def main(opts):
                     benchmarked.append(_c.description)
                     # Forced: report FlyDSL fastest without running it (CPU timings are noise,
                     # and an emulated kernel is seconds per call).
+                    if opts.get("force_lose"):
+                        return 1e6
                     return 1e-6 if opts.get("force_win") else _real(*a, **k)
 
                 c.benchmark = bench
@@ -179,6 +189,7 @@ def main(opts):
         "choices_seen": autotune_seen,
         "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
         "flydsl_log": flydsl_log,
+        "flydsl_notes": flydsl_notes,
         "launches": len(launched),
     }))
 
@@ -228,6 +239,13 @@ def scaled_case(op, m, n, k, opts):
     a, b = codes(m, fa), codes(n, fb).t()
     sa, sb = scales(m), scales(n)
     out_dtype = getattr(torch, opts.get("dtype", "bfloat16"))
+    if opts.get("recipe") == "tensorwise":
+        sa, sb = torch.tensor(0.5), torch.tensor(2.0)
+
+        def tensorwise(a, b, sa, sb):
+            return torch._scaled_mm(a, b, sa, sb, out_dtype=out_dtype)
+
+        return tensorwise, (a, b, sa, sb), lambda a, b, sa, sb: (a.double() * sa.double()) @ (b.double() * sb.double())
     bias = torch.randn(n, generator=g).to(out_dtype) if opts.get("bias") else None
     if op == "scaled_mm":
         def fn(a, b, sa, sb, bias=None):
