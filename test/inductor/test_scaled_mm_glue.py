@@ -117,3 +117,26 @@ def test_v1_is_never_deferred_and_v2_only_where_the_in_tree_backend_serves_it(ca
     assert deferred is install_status().usable, r.stderr[-3000:]
     if not deferred:
         assert r.returncode == 0 and "torch_flydsl.scaled_mm_out" in json.loads(r.stdout.splitlines()[-1])["calls"][0]
+
+
+BAD_SCALES = """
+import torch, torch_flydsl
+import torch._inductor.config as ic
+ic.max_autotune_gemm_backends = "ATEN,FLYDSL"
+a = torch.zeros(64, 256, dtype=torch.uint8).view(torch.float8_e4m3fn)
+b = torch.zeros(128, 256, dtype=torch.uint8).view(torch.float8_e4m3fn).t()
+sa = torch.zeros(64, 8, dtype=torch.uint8).view(torch.float8_e8m0fnu)  # v1 wants round_up(M, 128) rows
+sb = torch.zeros(128, 8, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+try:
+    torch.compile(lambda *xs: torch._scaled_mm(*xs, out_dtype=torch.bfloat16), mode="max-autotune-no-cudagraphs")(a, b, sa, sb)
+except Exception as e:
+    print("ERROR", type(e).__name__, str(e).splitlines()[0])
+"""
+
+
+def test_bad_scale_shapes_get_pytorchs_own_error_unchanged(tmp_path):
+    from script_runner import run_script
+
+    with_plugin = run_script(BAD_SCALES, tmp_path / "on", **STANDIN).stdout
+    without = run_script(BAD_SCALES, tmp_path / "off", TORCH_FLYDSL_DISABLE="1").stdout
+    assert "ERROR" in with_plugin and with_plugin == without
