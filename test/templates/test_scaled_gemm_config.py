@@ -18,7 +18,7 @@ from torch_flydsl.templates.scaled_gemm import (
     grid_block,
     search_space,
 )
-from torch_flydsl.templates.scaled_gemm.config import LDS_LIMIT_BYTES, MAX_VMCNT
+from torch_flydsl.templates.scaled_gemm.config import CURATED, LDS_LIMIT_BYTES, MAX_VMCNT
 from torch_flydsl.templates.scaled_gemm.problem import FORMATS
 
 PAIRS = list(itertools.product(FORMATS.values(), repeat=2))
@@ -133,3 +133,21 @@ def test_configs_for_splits_fitting_and_declined():
     assert all(c.block_k == 128 for c in fitting) and fitting
     assert {c for c, _ in declined} == {c for c in search_space("curated") if c.block_k != 128}
     assert all("block_k" in d.reason for _, d in declined)
+
+
+@pytest.mark.parametrize("m, k, expected", [
+    (1, 4096, "mx_m32n16k512_w2x1_s3_g0"),
+    (32, 4096, "mx_m32n16k512_w2x1_s3_g0"),
+    (32, 768, "mx_m32n64k256_w1x2_s3_g0"),  # K not a multiple of 512: the next decode tile
+    (64, 4096, "mx_m64n64k256_w2x2_s3_g0"),
+    (4096, 4096, "mx_m128n128k128_w2x2_s2_g0"),
+    (64, 128, "mx_m128n128k128_w2x2_s2_g0"),  # K=128: only block_k=128 fits
+])
+def test_autotuning_off_offers_one_curated_config_picked_by_m(m, k, expected):
+    fitting, _ = configs_for(ScaledGemmProblem(m, 4096, k, "e4m3", "e2m1"), "baseline")
+    assert [c.key() for c in fitting] == [expected] and fitting[0] in CURATED
+
+
+def test_autotuning_off_fills_256_cus_at_decode():
+    (cfg,), _ = configs_for(ScaledGemmProblem(32, 4096, 4096), "baseline")
+    assert grid_block(cfg, 32, 4096)[0][0] >= 256

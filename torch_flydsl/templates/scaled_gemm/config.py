@@ -259,12 +259,32 @@ def config_fits(cfg: ScaledGemmConfig, problem: ScaledGemmProblem) -> Optional[D
     return None
 
 
+# With autotuning off, one config per problem, picked by M: below 128 rows most of the 128x128
+# baseline's tile is idle and it launches only ceil(N/128) workgroups (32 at N=4096, on 256
+# CUs); these narrow tiles launch ceil(N/16) or ceil(N/64) with deep K tiles. First fitting wins.
+_BASELINE_BY_M = (
+    (32, (ScaledGemmConfig(32, 16, 512, 2, 1, 3, 0), ScaledGemmConfig(32, 64, 256, 1, 2, 3, 0))),
+    (64, (ScaledGemmConfig(64, 64, 256, 2, 2, 3, 0),)),
+)
+
+
+def baseline_for(problem: ScaledGemmProblem) -> ScaledGemmConfig:
+    """The one config the ``baseline`` breadth offers for ``problem`` (all of them curated)."""
+    for limit, candidates in _BASELINE_BY_M:
+        if problem.m <= limit:
+            for cfg in candidates:
+                if config_fits(cfg, problem) is None:
+                    return cfg
+    return BASELINE
+
+
 def configs_for(
     problem: ScaledGemmProblem, breadth: str
 ) -> tuple[list[ScaledGemmConfig], list[tuple[ScaledGemmConfig, Decline]]]:
-    """The configs of ``breadth`` that fit ``problem``, and the others with their reasons."""
+    """The configs of ``breadth`` that fit ``problem``, and the others with their reasons
+    (``baseline``: the one config ``baseline_for`` picks)."""
     fitting, declined = [], []
-    for cfg in search_space(breadth):
+    for cfg in [baseline_for(problem)] if breadth == "baseline" else search_space(breadth):
         why = config_fits(cfg, problem)
         if why is None:
             fitting.append(cfg)
