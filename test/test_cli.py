@@ -15,8 +15,13 @@ def cli(*args, env=None, timeout=600):
     return r.stdout
 
 
-def test_doctor_reports_everything_that_decides_eligibility():
-    out = cli("doctor")
+@pytest.fixture(scope="module")
+def doctor():
+    return cli("doctor")  # one subprocess for every doctor test
+
+
+def test_doctor_reports_everything_that_decides_eligibility(doctor):
+    out = doctor
     for key in ("torch_flydsl", "torch ", "flydsl", "triton", "HIP runtime", "GPU arch", "ld.lld",
                 "torch.backends entry point", "plugin active in this process", "in-tree FlyDSL", "FlyDSL kernel cache"):
         assert key in out, key
@@ -24,8 +29,8 @@ def test_doctor_reports_everything_that_decides_eligibility():
     assert "Inductor glue                    installed" in out
 
 
-def test_doctor_says_who_serves_each_op_here_and_on_a_gfx950():
-    out = cli("doctor")
+def test_doctor_says_who_serves_each_op_here_and_on_a_gfx950(doctor):
+    out = doctor
     table = out.split("Who serves each op")[1]
     rows = {line.split()[0]: line.split()[1:3] for line in table.splitlines()[3:] if line.strip()}
     # No MI350 here: PyTorch serves everything; on a gfx950 the plugin takes the GEMMs it has
@@ -44,6 +49,18 @@ def test_doctor_says_who_serves_each_op_here_and_on_a_gfx950():
     assert set(rows) >= {"grouped_mm", "rms_norm", "topk"}
 
 
+def test_doctor_lists_each_kernel_family_with_its_ops_version_and_curated_configs(doctor):
+    from torch_flydsl.templates.dense_gemm.config import CURATED as DENSE, KERNEL_VERSION as DENSE_V
+    from torch_flydsl.templates.scaled_gemm.config import CURATED as SCALED, KERNEL_VERSION as SCALED_V
+
+    table = doctor.split("Kernel families:")[1].split("Who serves each op")[0]
+    rows = [line.split() for line in table.strip().splitlines()[2:]]
+    assert rows == [
+        ["dense_gemm", "mm,", "addmm", DENSE_V, str(len(DENSE))],
+        ["scaled_gemm", "scaled_mm,", "scaled_mm_v2", SCALED_V, str(len(SCALED))],
+    ]
+
+
 def test_explain_json_has_served_by_offered_and_declined():
     import json
 
@@ -52,6 +69,8 @@ def test_explain_json_has_served_by_offered_and_declined():
     assert all(set(d) == {"config", "category", "reason"} for d in j["declined"]) and len(j["declined"]) == 12
     j = json.loads(cli("explain", "mm", "64", "4096", "4096", "--layout", "nt", "--json"))
     assert j["served_by"] == "plugin" and j["offered"] == ["m128n128k64_w2x2_s2_g0"]
+    assert j["op"] == "mm" and j["problem"] == {"m": 64, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt",
+                                                "bias": False}
 
 
 def test_explain_lists_offered_configs():
@@ -74,6 +93,73 @@ def test_explain_gives_the_reason_for_a_decline():
 def test_explain_lists_per_config_declines():
     out = cli("explain", "mm", "64", "4096", "96", "--breadth", "curated")
     assert "K=96 is not a multiple of block_k" in out
+
+
+def test_explain_scaled_mm_offers_mxfp8_configs_and_serializes_its_problem():
+    import json
+
+    from torch_flydsl.templates.scaled_gemm.config import CURATED
+
+    j = json.loads(cli("explain", "scaled_mm", "32", "4096", "4096", "--dtype", "mxfp8", "--breadth", "curated",
+                       "--json"))
+    assert set(j) == {"op", "problem", "breadth", "served_by", "reason", "offered", "declined"}
+    assert j["op"] == "scaled_mm" and j["served_by"] == "plugin" and j["breadth"] == "curated"
+    assert j["problem"] == {"m": 32, "n": 4096, "k": 4096, "a_format": "e4m3", "b_format": "e4m3",
+                            "out_dtype": "bfloat16", "bias": False}
+    assert j["offered"] == [c.key() for c in CURATED] and j["declined"] == []
+
+
+def test_explain_scaled_mm_mxfp4_declines_configs_whose_block_k_does_not_divide_k():
+    import json
+
+    j = json.loads(cli("explain", "scaled_mm", "32", "4096", "4224", "--dtype", "mxfp4", "--breadth", "curated",
+                       "--json"))
+    assert j["problem"]["a_format"] == j["problem"]["b_format"] == "e2m1"
+    assert j["served_by"] == "plugin" and j["offered"] and all("k128_" in key for key in j["offered"])
+    assert j["declined"] and {d["category"] for d in j["declined"]} == {"shape"}
+    assert all("K=4224 is not a multiple of block_k" in d["reason"] for d in j["declined"])
+
+
+def test_explain_scaled_mm_declines_fp8_with_float32_scales():
+    out = cli("explain", "scaled_mm", "32", "4096", "4096", "--dtype", "fp8")
+    assert "served by: pytorch" in out
+    assert "declined: [dtype] fp8 is not an MX format" in out and "float32 tensor- or row-wise scales" in out
+    assert "offered" not in out
+
+
+def test_explain_scaled_mm_v2_asks_about_f_scaled_mm():
+    import json
+
+    import torch
+
+    from torch_flydsl.runtime.intree import install_status
+    from torch_flydsl.runtime.probe import _parse_version
+
+    j = json.loads(cli("explain", "scaled_mm", "32", "4096", "4096", "--dtype", "w4a8", "--out-dtype", "fp16",
+                       "--bias", "--v2", "--json"))
+    assert j["op"] == "scaled_mm_v2"
+    assert j["problem"] == {"m": 32, "n": 4096, "k": 4096, "a_format": "e4m3", "b_format": "e2m1",
+                            "out_dtype": "float16", "bias": True}
+    if _parse_version(torch.__version__)[:2] < (2, 13):
+        assert j["served_by"] == "pytorch" and j["offered"] == [] and j["declined"][0]["category"] == "version"
+    elif install_status().usable:
+        assert j["served_by"] == "in-tree" and j["declined"][0]["category"] == "coexistence"
+    else:
+        assert j["served_by"] == "plugin" and j["offered"]
+
+
+def test_explain_scaled_mm_parser_takes_mx_formats_and_fp8_only():
+    from torch_flydsl.__main__ import build_parser
+
+    parse = build_parser().parse_args
+    for dtype in ("mxfp8", "mxfp8-e5m2", "mxfp4", "w4a8", "fp8"):
+        assert parse(["explain", "scaled_mm", "1", "2", "128", "--dtype", dtype]).dtype == dtype
+    args = parse(["explain", "scaled_mm", "1", "2", "128"])
+    assert (args.dtype, args.out_dtype, args.bias, args.v2) == ("mxfp8", "bf16", False, False)
+    with pytest.raises(SystemExit):
+        parse(["explain", "scaled_mm", "1", "2", "128", "--dtype", "bf16"])
+    with pytest.raises(SystemExit):
+        parse(["explain", "mm", "1", "2", "128", "--dtype", "mxfp8"])
 
 
 @pytest.mark.emulator

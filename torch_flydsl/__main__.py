@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+# Not an MX format: fp8 with float32 tensor- or row-wise scales. ``explain scaled_mm`` accepts
+# it to say why the plugin leaves it to PyTorch.
+NON_MX_FP8 = "fp8"
+
 
 def _cmd_doctor(args) -> int:
     from .doctor import report
@@ -13,19 +17,32 @@ def _cmd_doctor(args) -> int:
     return 0
 
 
+def _explanation(args):
+    from .explain import explain_mm, explain_scaled_mm
+
+    if args.op == "mm":
+        ex = explain_mm(args.m, args.n, args.k, dtype=args.dtype, layout=args.layout, bias=args.bias,
+                        breadth=args.breadth)
+        what = f"dtype={args.dtype} layout={args.layout}"
+    else:
+        ex = explain_scaled_mm(args.m, args.n, args.k, dtype=args.dtype, out_dtype=args.out_dtype, bias=args.bias,
+                               v2=args.v2, breadth=args.breadth)
+        what = f"dtype={args.dtype} out={args.out_dtype}{' bias' if args.bias else ''} layout=TN (unswizzled E8M0 scales)"
+    return ex, what
+
+
 def _cmd_explain(args) -> int:
     import json
 
     from tabulate import tabulate
 
-    from .explain import explain_mm
+    from .explain import lds_bytes
 
-    ex = explain_mm(args.m, args.n, args.k, dtype=args.dtype, layout=args.layout, bias=args.bias, breadth=args.breadth)
+    ex, what = _explanation(args)
     if args.json:
         print(json.dumps(ex.to_json(), indent=2))
         return 0
-    print(f"{ex.op} M={args.m} N={args.n} K={args.k} dtype={args.dtype} layout={args.layout}, as if on gfx950 "
-          f"(search space: {ex.breadth})")
+    print(f"{ex.op} M={args.m} N={args.n} K={args.k} {what}, as if on gfx950 (search space: {ex.breadth})")
     print(f"served by: {ex.serving.served_by} ({ex.serving.reason})")
     whole = [d for c, d in ex.declined if c is None]
     for d in whole:
@@ -34,7 +51,7 @@ def _cmd_explain(args) -> int:
         return 0
     print(f"offered: {len(ex.offered)} config(s)")
     if ex.offered:
-        print(tabulate([(c.key(), c.threads, c.lds_bytes) for c in ex.offered],
+        print(tabulate([(c.key(), c.threads, lds_bytes(c, ex.problem)) for c in ex.offered],
                        headers=["config", "threads", "LDS bytes"]))
     if ex.declined:
         print(f"declined: {len(ex.declined)} config(s)")
@@ -49,24 +66,49 @@ def _cmd_demo(args) -> int:
     return run(quick=args.quick)
 
 
+def _problem_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("m", type=int)
+    p.add_argument("n", type=int)
+    p.add_argument("k", type=int)
+
+
+def _common_explain_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--breadth", choices=["baseline", "curated", "exhaustive"], default=None,
+                   help="search space (default: from TORCH_FLYDSL_AUTOTUNE)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object: served_by, reason, offered (config keys), declined ({config, category, reason})")
+    p.set_defaults(fn=_cmd_explain)
+
+
+def _add_explain(sub) -> None:
+    from .templates.scaled_gemm.family import DTYPES as MX_DTYPES
+
+    e = sub.add_parser("explain", help="which FlyDSL configs a GEMM would get on gfx950, and why not others")
+    ops = e.add_subparsers(dest="op", required=True, metavar="{mm,scaled_mm}")
+    mm = ops.add_parser("mm", help="torch.mm / addmm (--bias): bf16/fp16 GEMM")
+    _problem_args(mm)
+    mm.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    mm.add_argument("--layout", default="nt", choices=["nn", "nt", "tn", "tt"],
+                    help="n = row-major, t = column-major, for A then B (nt = x @ W.T)")
+    mm.add_argument("--bias", action="store_true", help="addmm with a per-column bias")
+    _common_explain_args(mm)
+    s = ops.add_parser("scaled_mm", help="MX torch._scaled_mm (--v2: F.scaled_mm), A [M,K] row-major, B [K,N] "
+                                         "column-major, E8M0 scales [M,K/32] / [N,K/32]")
+    _problem_args(s)
+    s.add_argument("--dtype", default="mxfp8", choices=[*MX_DTYPES, NON_MX_FP8],
+                   help="mxfp8 (e4m3), mxfp8-e5m2, mxfp4 (e2m1), w4a8 (A e4m3 x B e2m1); "
+                        "fp8: float32 tensor/row-wise scales (not MX: declined)")
+    s.add_argument("--out-dtype", default="bf16", choices=["bf16", "fp16"])
+    s.add_argument("--bias", action="store_true", help="a bias[N] of the output dtype")
+    s.add_argument("--v2", action="store_true", help="F.scaled_mm / torch._scaled_mm_v2 instead of torch._scaled_mm")
+    _common_explain_args(s)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m torch_flydsl", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="versions, hardware, linker, entry point, caches").set_defaults(fn=_cmd_doctor)
-    e = sub.add_parser("explain", help="which FlyDSL configs a GEMM would get on gfx950, and why not others")
-    e.add_argument("op", choices=["mm"], help="operation (mm; --bias makes it addmm)")
-    e.add_argument("m", type=int)
-    e.add_argument("n", type=int)
-    e.add_argument("k", type=int)
-    e.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
-    e.add_argument("--layout", default="nt", choices=["nn", "nt", "tn", "tt"],
-                   help="n = row-major, t = column-major, for A then B (nt = x @ W.T)")
-    e.add_argument("--bias", action="store_true", help="addmm with a per-column bias")
-    e.add_argument("--breadth", choices=["baseline", "curated", "exhaustive"], default=None,
-                   help="search space (default: from TORCH_FLYDSL_AUTOTUNE)")
-    e.add_argument("--json", action="store_true",
-                   help="one JSON object: served_by, reason, offered (config keys), declined ({config, category, reason})")
-    e.set_defaults(fn=_cmd_explain)
+    _add_explain(sub)
     d = sub.add_parser("demo", help="compile a small model with FLYDSL candidates; on a CPU: compile-only + emulator")
     d.add_argument("--quick", action="store_true", help="smaller model (CI smoke test)")
     d.set_defaults(fn=_cmd_demo)

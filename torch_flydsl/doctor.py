@@ -1,6 +1,6 @@
 """``python -m torch_flydsl doctor``: everything that decides whether FlyDSL kernels can run here,
-and, per op family, who serves it on this install (the plugin, torch's in-tree FlyDSL backend
-or PyTorch) and why."""
+the registered kernel families, and, per op family, who serves it on this install (the plugin,
+torch's in-tree FlyDSL backend or PyTorch) and why."""
 
 from __future__ import annotations
 
@@ -123,7 +123,23 @@ def serving_rows() -> list[tuple[str, str, str, str]]:
     return out
 
 
+def family_rows() -> list[tuple[str, str, str, int]]:
+    """Per registered kernel family: the ops it serves, its kernel version, its curated configs."""
+    import importlib
+
+    from .registry import families
+
+    out = []
+    for f in families():
+        ops = f.aten_ops + tuple(o.serving for o in f.lowering_overrides)
+        curated = importlib.import_module(f.module.rsplit(".", 1)[0] + ".config").CURATED
+        out.append((f.name, ", ".join(ops), f.impl().KERNEL_VERSION, len(curated)))
+    return out
+
+
 def report() -> str:
     table = tabulate(rows(), tablefmt="plain")
+    fams = tabulate(family_rows(), headers=["family", "serves", "kernel version", "curated configs"])
     serving = tabulate(serving_rows(), headers=["op", "served here", "on a gfx950", "why"], maxcolwidths=[None, None, None, 90])
-    return f"{table}\n\nWho serves each op (Inductor ops: when FLYDSL is requested under max-autotune):\n{serving}"
+    return (f"{table}\n\nKernel families:\n{fams}\n\n"
+            f"Who serves each op (Inductor ops: when FLYDSL is requested under max-autotune):\n{serving}")

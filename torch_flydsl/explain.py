@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -15,6 +16,36 @@ DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.floa
           "fp32": torch.float32, "float32": torch.float32}
 
 
+def _json_value(name: str, value: Any) -> Any:
+    if name == "bias":
+        return value is not None and value is not False  # dense: None/"row"; scaled: bool
+    if isinstance(value, torch.dtype):
+        return str(value).replace("torch.", "")
+    return value
+
+
+def problem_json(problem: Any) -> Optional[dict]:
+    """A family's problem dataclass as JSON: its fields, dtypes by name, ``bias`` as a bool. A
+    problem with a BLAS ``layout`` name (dense GEMM) gives it in place of its two majors."""
+    if problem is None or isinstance(problem, Decline):
+        return None
+    layout = getattr(problem, "layout", None)
+    out = {}
+    for f in dataclasses.fields(problem):
+        if layout is not None and f.name in ("a_major", "b_major"):
+            if f.name == "a_major":
+                out["layout"] = layout
+            continue
+        out[f.name] = _json_value(f.name, getattr(problem, f.name))
+    return out
+
+
+def lds_bytes(cfg: Any, problem: Any) -> int:
+    """A config's static LDS for this problem (the scaled family's depends on the MX formats)."""
+    lds = cfg.lds_bytes
+    return lds if isinstance(lds, int) else lds(problem.a_fmt, problem.b_fmt, problem.out_dtype)
+
+
 @dataclass
 class Explanation:
     op: str
@@ -26,13 +57,9 @@ class Explanation:
 
     def to_json(self) -> dict:
         """The machine-readable answer (``explain --json``)."""
-        p = self.problem
         return {
             "op": self.op,
-            "problem": None if isinstance(p, Decline) else {
-                "m": p.m, "n": p.n, "k": p.k, "dtype": str(p.dtype).replace("torch.", ""),
-                "layout": p.layout, "bias": p.bias is not None,
-            },
+            "problem": problem_json(self.problem),
             "breadth": self.breadth,
             "served_by": self.serving.served_by,
             "reason": self.serving.reason,
@@ -44,18 +71,11 @@ class Explanation:
         }
 
 
-def explain_mm(m, n, k, dtype="bf16", layout="nt", bias=False, breadth: Optional[str] = None) -> Explanation:
-    """What a gfx950 process with this install would do with the GEMM: who serves it (the
-    plugin, torch's in-tree backend, PyTorch), which configs the plugin offers, and why not
-    the others. Assumes FLYDSL is requested under max-autotune."""
+def _explain(op: str, impl, problem, breadth: Optional[str]) -> Explanation:
+    """Who serves ``op`` (a serving name) as if on gfx950, and which of ``impl``'s configs fit."""
     from . import config
 
-    if isinstance(dtype, str):
-        dtype = DTYPES[dtype.lower()]
     breadth = breadth or config.autotune_breadth()
-    op = "addmm" if bias else "mm"
-    impl = family_for(op).impl()
-    problem = impl.explain_problem(op, m, n, k, dtype, layout.lower())
     serving = who_serves(op, assume_gfx950=True)
     ex = Explanation(op, problem, breadth, serving)
     if serving.served_by != PLUGIN:
@@ -70,3 +90,27 @@ def explain_mm(m, n, k, dtype="bf16", layout="nt", bias=False, breadth: Optional
     if not ex.offered:
         ex.serving = Serving(op, PYTORCH, "no FlyDSL config fits this problem")
     return ex
+
+
+def explain_mm(m, n, k, dtype="bf16", layout="nt", bias=False, breadth: Optional[str] = None) -> Explanation:
+    """What a gfx950 process with this install would do with the GEMM: who serves it (the
+    plugin, torch's in-tree backend, PyTorch), which configs the plugin offers, and why not
+    the others. Assumes FLYDSL is requested under max-autotune."""
+    if isinstance(dtype, str):
+        dtype = DTYPES[dtype.lower()]
+    op = "addmm" if bias else "mm"
+    impl = family_for(op).impl()
+    return _explain(op, impl, impl.explain_problem(op, m, n, k, dtype, layout.lower()), breadth)
+
+
+def explain_scaled_mm(m, n, k, dtype: str = "mxfp8", out_dtype="bf16", bias: bool = False, v2: bool = False,
+                      breadth: Optional[str] = None) -> Explanation:
+    """The same answer for an MX ``torch._scaled_mm`` (``v2``: ``F.scaled_mm`` /
+    ``torch._scaled_mm_v2`` with BlockWise1x32 NO_SWIZZLE scales) in its TN layout with
+    unswizzled E8M0 scales. ``dtype``: mxfp8, mxfp8-e5m2, mxfp4 or w4a8; anything else (``fp8``:
+    float32 tensor- or row-wise scales) is declined with the reason."""
+    if isinstance(out_dtype, str):
+        out_dtype = DTYPES[out_dtype.lower()]
+    impl = family_for("scaled_mm").impl()
+    problem = impl.explain_problem("scaled_mm", m, n, k, dtype, out_dtype=out_dtype, bias=bias)
+    return _explain("scaled_mm_v2" if v2 else "scaled_mm", impl, problem, breadth)

@@ -1,0 +1,87 @@
+"""benchmarks/scaled_gemm_device_bench.py works before it meets an MI350: the dry run and the
+no-GPU exit on this machine, and its operands and bookkeeping on the CPU with stand-ins for the
+two GPU calls (the timing itself needs the device)."""
+
+import importlib.util
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "scaled_gemm_device_bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("scaled_gemm_device_bench", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_script(*args):
+    r = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return r.stdout
+
+
+def test_dry_run_lists_the_17_shapes_and_the_configs_tried(bench):
+    out = run_script("--dry-run")
+    assert len(bench.SUITE) == len(set(bench.SUITE)) == 17
+    rows = [r for r in map(str.split, out.splitlines()) if len(r) == 7 and all(v.isdigit() for v in r[:4])]
+    assert [tuple(map(int, r[1:4])) for r in rows] == list(bench.SUITE)
+    assert all(r[5:] == ["12", "12"] for r in rows)  # every curated config fits every suite shape
+    assert "mxfp8 (every shape): mx_m128n128k128_w2x2_s2_g0" in out and "mxfp4 (every shape)" in out
+
+
+def test_without_a_rocm_gfx950_gpu_it_says_so_and_exits_0():
+    out = run_script("--formats", "mxfp8")
+    assert out.startswith("scaled_gemm_device_bench: no ROCm gfx950 GPU here (") and len(out.splitlines()) == 1
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "mxfp8-e5m2", "mxfp4", "w4a8"])
+def test_its_operands_pass_the_family_gate_with_padded_scale_rows(bench, fmt):
+    from torch_flydsl.templates.base import TensorMeta
+    from torch_flydsl.templates.scaled_gemm import check_problem
+
+    problem = bench.problem_for(fmt, 40, 200, 256)
+    a, b, sa, sb, out = bench.operands(problem)
+    assert sa.shape == (128, 8) and sb.shape == (256, 8)  # round_up(rows, 128): what ROCm's ATen asks for
+    assert check_problem(*map(TensorMeta.of, (a, b, sa, sb, out))) == problem
+
+
+def test_bench_shape_picks_the_fastest_correct_config_and_reports_speedup(bench, tmp_path, monkeypatch):
+    from torch_flydsl.templates.scaled_gemm import reference
+
+    calls = []
+
+    def fake_flydsl(via, cfg, problem, a, b, sa, sb, out):
+        def call():  # the exact product; the 16x16 config writes garbage
+            out.copy_(reference(a, b, sa, sb).to(out.dtype))
+            if cfg.block_m == 16 and cfg.block_n == 16:
+                out.add_(1e6)
+            return out
+
+        call.ms = 0.5 if cfg.block_m == 16 and cfg.block_n == 16 else 1.0 + cfg.block_m / 1000
+        calls.append(cfg.key())
+        return call
+
+    monkeypatch.setattr(bench, "flydsl_fn", fake_flydsl)
+    monkeypatch.setattr(bench, "aten_fn", lambda v, a, b, sa, sb, out: lambda: reference(a, b, sa, sb).to(out.dtype))
+    monkeypatch.setattr(bench, "time_ms", lambda fn, warmup, iters, flush=None: getattr(fn, "ms", 2.0))
+    args = SimpleNamespace(via="launcher", aten="v1", warmup=0, iters=1, no_check=False, breadth="curated")
+    config_rows = []
+    row = bench.bench_shape("mxfp4", 32, 64, 512, args, None, config_rows, torch.device("cpu"))
+    assert len(calls) == len(config_rows) == 12
+    assert row["flydsl_config"] == "mx_m16n32k512_w1x2_s3_g0"  # the fastest correct one
+    assert 0 < row["flydsl_err"] == row["aten_err"] < bench.ERROR_LIMIT  # bf16 rounding of the exact product
+    assert row["note"] == "1 config(s) above the error limit"
+    assert math.isclose(row["speedup"], 2.0 / 1.016)
+    assert math.isclose(row["aten_tflops"], 2 * 32 * 64 * 512 / 2e-3 / 1e12)
+    bench.write_csv(tmp_path / "r.csv", [row], bench.COLUMNS)
+    assert (tmp_path / "r.csv").read_text().splitlines()[0].split(",") == bench.COLUMNS
+    assert math.isclose(bench.geomean([2.0, 0.5, None]), 1.0)
