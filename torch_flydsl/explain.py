@@ -112,5 +112,6 @@ def explain_scaled_mm(m, n, k, dtype: str = "mxfp8", out_dtype="bf16", bias: boo
     if isinstance(out_dtype, str):
         out_dtype = DTYPES[out_dtype.lower()]
     impl = family_for("scaled_mm").impl()
-    problem = impl.explain_problem("scaled_mm", m, n, k, dtype, out_dtype=out_dtype, bias=bias)
+    problem = impl.explain_problem("scaled_mm_v2" if v2 else "scaled_mm", m, n, k, dtype, out_dtype=out_dtype,
+                                   bias=bias)
     return _explain("scaled_mm_v2" if v2 else "scaled_mm", impl, problem, breadth)

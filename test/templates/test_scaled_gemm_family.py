@@ -31,7 +31,7 @@ def test_both_entry_points_resolve_to_this_family():
 def test_v1_node_scalars_carry_scale_result_and_out_dtype():
     s = family.scalars_from_node("scaled_mm", "_scaled_mm", ("a", "b", "sa", "sb"), {"scale_result": "r",
                                                                                     "out_dtype": torch.float16})
-    assert s == {"scale_result": True, "out_dtype": torch.float16}
+    assert s == {"entry": "v1", "scale_result": True, "out_dtype": torch.float16}
     d = family.problem_from_metas("scaled_mm", list(METAS[:4]), METAS[4], s)
     assert isinstance(d, Decline) and "scale_result" in d.reason
 
@@ -73,3 +73,48 @@ def test_explain_problem_names_each_mx_dtype(dtype, formats):
 def test_explain_problem_declines_per_tensor_fp8_with_a_reason():
     d = family.explain_problem("scaled_mm", 32, 4096, 4096, "fp8")
     assert isinstance(d, Decline) and "not an MX format" in d.reason
+
+
+def metas_with_scale_rows(rows_a, rows_b, m=32, n=4096, k=4096, fmt="e4m3"):
+    from torch_flydsl.templates.base import TensorMeta
+    from torch_flydsl.templates.scaled_gemm.problem import SCALE_DTYPE
+
+    a, b, _, _, out, _ = contiguous_metas(m, n, k, fmt, fmt)
+    return [a, b, TensorMeta.contiguous((rows_a, k // 32), SCALE_DTYPE),
+            TensorMeta.contiguous((rows_b, k // 32), SCALE_DTYPE)], out
+
+
+@pytest.mark.parametrize("entry, rows_a, rows_b, fmt, taken", [
+    ("v1", 128, 4096, "e4m3", True),   # round_up(M, 128) rows: what v1 checks (read unswizzled on ROCm)
+    ("v1", 32, 4096, "e4m3", False),   # PyTorch rejects it; the kernel could read it, but must not widen the op
+    ("v2", 32, 4096, "e4m3", True),    # v2 on ROCm: ceil(M/32)*K elements
+    ("v2", 128, 4096, "e4m3", False),
+    ("v2", 32, 4096, "e2m1", True),
+])
+def test_each_entry_point_takes_exactly_the_scale_rows_pytorch_accepts(entry, rows_a, rows_b, fmt, taken):
+    inputs, out = metas_with_scale_rows(rows_a, rows_b, fmt=fmt)
+    got = family.problem_from_metas("scaled_mm", inputs, out, {"entry": entry})
+    assert isinstance(got, ScaledGemmProblem) is taken, got
+    if not taken:
+        assert got.category == "shape" and "PyTorch's own check decides" in got.reason
+
+
+def test_v2_mxfp4_scale_rows_round_to_16():
+    from torch_flydsl.templates.scaled_gemm.family import scale_rows_pytorch_wants
+
+    assert scale_rows_pytorch_wants("v2", 20, "e2m1") == 32 and scale_rows_pytorch_wants("v2", 20, "e4m3") == 32
+    assert scale_rows_pytorch_wants("v2", 8, "e2m1") == 16 and scale_rows_pytorch_wants("v1", 8, "e2m1") == 128
+
+
+def test_torch_2_11_cannot_autotune_float4_so_mxfp4_is_declined_there(monkeypatch):
+    inputs, out = metas_with_scale_rows(128, 4096, fmt="e2m1")
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    d = family.problem_from_metas("scaled_mm", inputs, out, {"entry": "v1"})
+    assert isinstance(d, Decline) and d.category == "version" and "float4_e2m1fn_x2" in d.reason
+    monkeypatch.setattr(torch, "__version__", "2.12.1")
+    assert isinstance(family.problem_from_metas("scaled_mm", inputs, out, {"entry": "v1"}), ScaledGemmProblem)
+
+
+def test_explain_problem_poses_each_entry_points_own_scale_rows():
+    assert isinstance(family.explain_problem("scaled_mm", 32, 4096, 4096, "mxfp8"), ScaledGemmProblem)
+    assert isinstance(family.explain_problem("scaled_mm_v2", 1, 4096, 4096, "mxfp4"), ScaledGemmProblem)

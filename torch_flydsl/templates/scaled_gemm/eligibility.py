@@ -12,12 +12,14 @@ Accepted, and why the rest is declined:
   reads both operands along K.
 * Scales: ``float8_e8m0fnu``, the unswizzled ``[rows, K/32]`` row-major layout of PyTorch's
   MX recipe on ROCm (``NO_SWIZZLE``): ``scale_a[m, j]`` scales ``A[m, 32j:32j+32]``,
-  ``scale_b[n, j]`` scales ``B[32j:32j+32, n]``. ``rows`` may exceed M (N): torch 2.13's
-  ``_scaled_mm`` on ROCm builds before 7.13 wants ``round_up(M, 128) * K/32`` elements, so
-  padded rows are accepted and never read. Any row stride that keeps rows on 4-byte
-  boundaries works (the kernel moves scales in 4-byte DMAs). Declined: swizzled/blocked
-  layouts (CUDA's ``SWIZZLE_32_4_4``, hipBLASLt's pre-swizzled 32_8 layout that ROCm 7.13+
-  builds use), a flat 1-D scale tensor (no row structure to check), other recipes.
+  ``scale_b[n, j]`` scales ``B[32j:32j+32, n]``. ``rows`` may exceed M (N): v1
+  ``torch._scaled_mm`` (2.11-2.15) checks ``round_up(M, 128) * K/32`` elements and on ROCm
+  reads them unswizzled (hipBLASLt's VEC32_UE8M0 mode), so padded rows are accepted and never
+  read. (Which rows each PyTorch entry point accepts is the family glue's business:
+  ``family.scale_rows_pytorch_wants``.) Any row stride that keeps rows on 4-byte boundaries
+  works (the kernel moves scales in 4-byte DMAs). Declined: swizzled/blocked layouts (CUDA's
+  ``SWIZZLE_32_4_4``; ``SWIZZLE_32_8``, hipBLASLt's pre-swizzled layout that torch 2.15's v2
+  takes on ROCm 7.13+), a flat 1-D scale tensor (no row structure to check), other recipes.
 * K a multiple of 128: one MFMA consumes 128 K values and the kernel has no K tail (a tail
   would need zero-filled operands: E8M0 has no zero, so scaling cannot mask it). torch's own
   ROCm path asks the same of ``_scaled_mm``.
@@ -115,7 +117,7 @@ def check_problem(
 ) -> Union[ScaledGemmProblem, Decline]:
     """The ``ScaledGemmProblem`` these operands pose, or why the family declines them.
 
-    ``swizzle_*``: None (what ``torch._scaled_mm`` means on ROCm builds before 7.13),
+    ``swizzle_*``: None (what v1 ``torch._scaled_mm`` means on ROCm),
     ``SwizzleType.NO_SWIZZLE`` or 0; ``scale_recipe_*``: None or ``ScalingType.BlockWise1x32``
     (``F.scaled_mm``'s arguments); anything else is declined, as is a ``scale_result``
     (``_scaled_mm``'s output scale for fp8 outputs).

@@ -50,12 +50,14 @@ def scalars_from_node(aten_op: str, target: str, args: tuple, kwargs: dict) -> d
     if target == "_scaled_mm":
         names = ("a", "b", "scale_a", "scale_b", "bias", "scale_result", "out_dtype", "use_fast_accum")
         bound = dict(zip(names, args), **kwargs)
-        return {"scale_result": bound.get("scale_result") is not None, "out_dtype": bound.get("out_dtype")}
+        return {"entry": "v1", "scale_result": bound.get("scale_result") is not None,
+                "out_dtype": bound.get("out_dtype")}
     if target == "_scaled_mm_v2":
         names = ("a", "b", "scale_a", "recipe_a", "swizzle_a", "scale_b", "recipe_b", "swizzle_b", "bias",
                  "out_dtype", "contraction_dim", "use_fast_accum")
         bound = dict(zip(names, args), **kwargs)
         return {
+            "entry": "v2",
             "recipe_a": list(bound["recipe_a"]), "recipe_b": list(bound["recipe_b"]),
             "swizzle_a": list(bound["swizzle_a"]), "swizzle_b": list(bound["swizzle_b"]),
             "levels": (len(bound["scale_a"]), len(bound["scale_b"])),
@@ -93,13 +95,57 @@ def problem_from_metas(aten_op: str, inputs: list, out, scalars: dict):
     one = lambda v: v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v  # noqa: E731
     a, b, scale_a, scale_b = inputs[:4]
     bias = inputs[4] if len(inputs) > 4 else None
-    return check_problem(
+    problem = check_problem(
         a, b, scale_a, scale_b, out, bias,
         out_dtype=scalars.get("out_dtype"),
         scale_recipe_a=one(scalars.get("recipe_a")), scale_recipe_b=one(scalars.get("recipe_b")),
         swizzle_a=one(scalars.get("swizzle_a")), swizzle_b=one(scalars.get("swizzle_b")),
         scale_result=True if scalars.get("scale_result") else None,
     )
+    if isinstance(problem, Decline):
+        return problem
+    return _autotunable(problem) or _pytorch_scale_rows(scalars.get("entry"), problem, scale_a, scale_b) or problem
+
+
+def _autotunable(problem) -> "Optional[Any]":
+    """torch 2.11's autotuner cannot make float4_e2m1fn_x2 benchmark inputs (its rand_strided
+    casts float16 noise, which float4 has no copy for; 2.12 draws random bytes)."""
+    from ..base import Decline
+    from ...runtime.probe import _parse_version
+
+    import torch
+
+    if "e2m1" in (problem.a_format, problem.b_format) and _parse_version(torch.__version__)[:2] < (2, 12):
+        return Decline("version", f"torch {torch.__version__}'s autotuner cannot generate float4_e2m1fn_x2 "
+                                  "benchmark inputs (fixed in torch 2.12); MXFP8 is served")
+    return None
+
+
+def scale_rows_pytorch_wants(entry: str, rows: int, fmt: str) -> int:
+    """Rows of a ``[rows', K/32]`` scale tensor that PyTorch's MX check accepts for an operand
+    with ``rows`` rows (M for A, N for B), K a multiple of 128: v1 ``_scaled_mm`` wants
+    ``round_up(rows, 128)`` (the 128x4 padded size, read unswizzled on ROCm); v2's ROCm check
+    wants ``ceil(rows / 32) * K`` elements for MXFP8 and ``ceil(2 * rows / 32) * K / 2`` for MXFP4."""
+    block = 128 if entry == "v1" else (16 if fmt == "e2m1" else 32)
+    return -(-rows // block) * block
+
+
+def _pytorch_scale_rows(entry, problem, scale_a, scale_b):
+    """Scale shapes PyTorch's own op would reject on ROCm must keep PyTorch's path (and its
+    error), even though the kernel could read them: the plugin never widens an op's contract."""
+    from ..base import Decline
+
+    if entry is None:
+        return None
+    for name, s, rows, fmt in (("scale_a", scale_a, problem.m, problem.a_format),
+                               ("scale_b", scale_b, problem.n, problem.b_format)):
+        want = scale_rows_pytorch_wants(entry, rows, fmt)
+        contiguous = s.shape[0] == 1 or s.stride[0] == s.shape[1]
+        if s.shape[0] != want or not contiguous:
+            op = "torch._scaled_mm" if entry == "v1" else "torch._scaled_mm_v2"
+            return Decline("shape", f"{name} is {list(s.shape)} (strides {s.stride}); {op} takes contiguous "
+                                    f"[{want}, K/32] MX scales here, so PyTorch's own check decides this call")
+    return None
 
 
 def configs_for(problem, breadth: str):
@@ -119,11 +165,14 @@ DTYPES = tuple(_MX_FORMATS)
 
 def explain_problem(aten_op: str, m: int, n: int, k: int, dtype: str = "mxfp8", out_dtype=None, bias: bool = False):
     """The problem an ``M x N x K`` MX GEMM in ``torch._scaled_mm``'s layout poses, or a Decline.
-    ``dtype``: mxfp8 (e4m3 x e4m3), mxfp8-e5m2, mxfp4 (e2m1 x e2m1) or w4a8 (e4m3 A x e2m1 B)."""
+    ``aten_op``: "scaled_mm" (v1) or "scaled_mm_v2" (F.scaled_mm), each with the scale rows it
+    asks for; ``dtype``: mxfp8 (e4m3 x e4m3), mxfp8-e5m2, mxfp4 (e2m1 x e2m1) or w4a8 (e4m3 A x
+    e2m1 B)."""
     import torch
 
-    from ..base import Decline
+    from ..base import Decline, TensorMeta
     from .eligibility import check_problem, contiguous_metas
+    from .problem import SCALE_BLOCK, SCALE_DTYPE
 
     if dtype not in _MX_FORMATS:
         return Decline("dtype", f"{dtype} is not an MX format this family knows ({', '.join(DTYPES)}); "
@@ -131,8 +180,16 @@ def explain_problem(aten_op: str, m: int, n: int, k: int, dtype: str = "mxfp8", 
     a_format, b_format = _MX_FORMATS[dtype]
     if "e2m1" in (a_format, b_format) and k % 2:
         return Decline("shape", f"K={k} is odd: MXFP4 packs two values per byte")
-    metas = contiguous_metas(m, n, k, a_format, b_format, out_dtype or torch.bfloat16, bias)
-    return check_problem(*metas)
+    a, b, scale_a, scale_b, out, bias_meta = contiguous_metas(m, n, k, a_format, b_format, out_dtype or torch.bfloat16,
+                                                              bias)
+    entry = "v2" if aten_op == "scaled_mm_v2" else "v1"
+    if k % SCALE_BLOCK == 0:  # else the gate says why
+        scale_a = TensorMeta.contiguous((scale_rows_pytorch_wants(entry, m, a_format), k // SCALE_BLOCK), SCALE_DTYPE)
+        scale_b = TensorMeta.contiguous((scale_rows_pytorch_wants(entry, n, b_format), k // SCALE_BLOCK), SCALE_DTYPE)
+    problem = check_problem(a, b, scale_a, scale_b, out, bias_meta)
+    if isinstance(problem, Decline):
+        return problem
+    return _pytorch_scale_rows(entry, problem, scale_a, scale_b) or problem
 
 
 # -- the custom op's body ---------------------------------------------------------------------
