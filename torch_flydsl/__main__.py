@@ -51,7 +51,7 @@ def _cmd_explain(args) -> int:
         return 0
     print(f"offered: {len(ex.offered)} config(s)")
     if ex.offered:
-        print(tabulate([(c.key(), c.threads, lds_bytes(c, ex.problem)) for c in ex.offered],
+        print(tabulate([(c.key(), c.threads, lds_bytes(ex.op, c, ex.problem)) for c in ex.offered],
                        headers=["config", "threads", "LDS bytes"]))
     if ex.declined:
         print(f"declined: {len(ex.declined)} config(s)")
@@ -93,7 +93,7 @@ def _add_explain(sub) -> None:
     mm.add_argument("--bias", action="store_true", help="addmm with a per-column bias")
     _common_explain_args(mm)
     s = ops.add_parser("scaled_mm", help="MX torch._scaled_mm (--v2: F.scaled_mm), A [M,K] row-major, B [K,N] "
-                                         "column-major, E8M0 scales [M,K/32] / [N,K/32]")
+                                         "column-major, unswizzled E8M0 scales [rows,K/32] as PyTorch's op takes them")
     _problem_args(s)
     s.add_argument("--dtype", default="mxfp8", choices=[*MX_DTYPES, NON_MX_FP8],
                    help="mxfp8 (e4m3), mxfp8-e5m2, mxfp4 (e2m1), w4a8 (A e4m3 x B e2m1); "

@@ -125,15 +125,12 @@ def serving_rows() -> list[tuple[str, str, str, str]]:
 
 def family_rows() -> list[tuple[str, str, str, int]]:
     """Per registered kernel family: the ops it serves, its kernel version, its curated configs."""
-    import importlib
-
     from .registry import families
 
     out = []
     for f in families():
         ops = f.aten_ops + tuple(o.serving for o in f.lowering_overrides)
-        curated = importlib.import_module(f.module.rsplit(".", 1)[0] + ".config").CURATED
-        out.append((f.name, ", ".join(ops), f.impl().KERNEL_VERSION, len(curated)))
+        out.append((f.name, ", ".join(ops), f.impl().KERNEL_VERSION, len(f.impl().curated())))
     return out
 
 

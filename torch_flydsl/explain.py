@@ -40,10 +40,9 @@ def problem_json(problem: Any) -> Optional[dict]:
     return out
 
 
-def lds_bytes(cfg: Any, problem: Any) -> int:
-    """A config's static LDS for this problem (the scaled family's depends on the MX formats)."""
-    lds = cfg.lds_bytes
-    return lds if isinstance(lds, int) else lds(problem.a_fmt, problem.b_fmt, problem.out_dtype)
+def lds_bytes(op: str, cfg: Any, problem: Any) -> int:
+    """A config's static LDS for this problem (the family knows what it depends on)."""
+    return family_for(op).impl().lds_bytes(cfg, problem)
 
 
 @dataclass

@@ -63,6 +63,17 @@ def call_kwargs(aten_op: str, scalars: dict) -> dict:
     return {"alpha": float(scalars.get("alpha", 1)), "beta": float(scalars.get("beta", 1))}
 
 
+def curated() -> tuple:
+    from .config import CURATED
+
+    return CURATED
+
+
+def lds_bytes(cfg, problem) -> int:
+    """The config's static LDS for ``problem`` (for explain's table)."""
+    return cfg.lds_bytes
+
+
 def explain_problem(aten_op: str, m: int, n: int, k: int, dtype, layout: str = "nt"):
     """The problem a contiguous ``layout`` GEMM poses ('t' = stored transposed), or a Decline."""
     from ..base import TensorMeta

@@ -158,6 +158,17 @@ def call_kwargs(aten_op: str, scalars: dict) -> dict:
     return {}
 
 
+def curated() -> tuple:
+    from .config import CURATED
+
+    return CURATED
+
+
+def lds_bytes(cfg, problem) -> int:
+    """The config's static LDS for ``problem`` (it depends on the MX formats and output dtype)."""
+    return cfg.lds_bytes(problem.a_fmt, problem.b_fmt, problem.out_dtype)
+
+
 _MX_FORMATS = {"mxfp8": ("e4m3", "e4m3"), "mxfp8-e5m2": ("e5m2", "e5m2"), "mxfp4": ("e2m1", "e2m1"),
                "w4a8": ("e4m3", "e2m1")}
 DTYPES = tuple(_MX_FORMATS)
