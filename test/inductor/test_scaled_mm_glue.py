@@ -33,6 +33,8 @@ def test_mx_scaled_mm_winner_is_a_call_to_the_plugin_op_with_its_scales_and_bias
     assert r["max_rel_err"] < 1e-2 and r["flydsl_log"] == []
 
 
+@pytest.mark.skipif(TORCH < (2, 12), reason="torch 2.11's autotuner cannot make float4 inputs: MXFP4 is declined "
+                                            "there (test_scaled_gemm_family.py checks that decline)")
 def test_mxfp4_reaches_the_plugin_op(cache):
     # (Mixed W4A8 operands never get here: Inductor's own v1 lowering asserts that A's and B's
     # packed K agree, with or without the plugin. The kernel takes them through the op.)
