@@ -214,8 +214,9 @@ def lds_layout(rows: int, block_k: int, k_contig: bool):
     return fx.make_composed_layout(fx.static(fx.SwizzleType.get(*sw)), base)
 
 
-def buffer_of(t):
-    """A buffer view of the 1-D operand ``t`` whose num_records is its exact byte span.
+def buffer_of(t, elem_bytes: int = ELEM_BYTES):
+    """A buffer view of the 1-D operand ``t`` (``elem_bytes`` per element) whose num_records
+    is its exact byte span.
 
     The buffer unit range-checks every dword of a 16-byte access on its own and zero-fills
     the ones past num_records without fetching them, so a DMA vector that runs past the
@@ -223,7 +224,7 @@ def buffer_of(t):
     M/N-contiguous operands' spans whole dwords (a dword straddling the end would be zeroed,
     losing the last element).
     """
-    n_bytes = fx.Int64(fx.get_scalar(fx.size(fx.get_layout(t)))) * ELEM_BYTES
+    n_bytes = fx.Int64(fx.get_scalar(fx.size(fx.get_layout(t)))) * elem_bytes
     return rocdl.make_buffer_tensor(t, num_records_bytes=n_bytes)
 
 
@@ -244,6 +245,7 @@ class Operand:
     row0: Any
     row_bound: Any
     ld: Any
+    base: Any = None  # element offset of this operand's matrix in ``buf`` (a grouped GEMM's group)
 
 
 class TileLoads:
@@ -285,6 +287,8 @@ class TileLoads:
                 g_row = op.row0 + r
                 g_row = (g_row < op.row_bound).select(g_row, 0)
                 offset = (k0 + c) * op.ld + g_row
+            if const_expr(op.base is not None):
+                offset = offset + op.base
             src = fx.make_view(fx.get_iter(op.buf) + offset, self.unit)
             dst = fx.make_view(lds_ptr + i * THREADS * VEC, self.unit)
             fx.copy_atom_call(self.dma, src, dst)

@@ -1,0 +1,105 @@
+"""Tile configurations of the grouped GEMM kernel, their search spaces and per-problem checks.
+
+Cheap to import: no FlyDSL, no kernel code. A grouped tile is a dense tile (the kernel reuses
+the dense family's main loop, MFMA tiling and epilogue per output tile), so a config is the
+dense config's seven fields under this family's key prefix; block order within a group is
+row-major (``group_m`` is 0: which tile a workgroup computes is decided by the offsets at run
+time, not by an L2 swizzle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass
+from typing import Optional
+
+from ..base import Decline
+from ..dense_gemm.config import SUPPORTED_DTYPES, DenseGemmConfig
+from .problem import GroupedGemmProblem
+
+# Bump whenever the kernel's source semantics change (it is part of every cache key).
+KERNEL_VERSION = "grouped_gemm-1"
+KEY_PREFIX = "grp_"
+
+
+@dataclass(frozen=True)
+class GroupedGemmConfig(DenseGemmConfig):
+    def key(self) -> str:
+        return KEY_PREFIX + DenseGemmConfig(*astuple(self)).key()
+
+    @classmethod
+    def from_key(cls, key: str) -> "GroupedGemmConfig":
+        if not key.startswith(KEY_PREFIX):
+            raise ValueError(f"not a grouped GEMM config key: {key!r}")
+        return cls(*astuple(DenseGemmConfig.from_key(key[len(KEY_PREFIX):])))
+
+    def static_problems(self) -> list[str]:
+        p = super().static_problems()
+        if self.group_m:
+            p.append("group_m must be 0 (tiles are assigned from the group offsets at run time)")
+        return p
+
+
+BASELINE = GroupedGemmConfig(128, 128, 64, 2, 2, 2, 0)
+
+# MoE groups are small (tokens / experts, often tens of rows): narrow-M tiles waste less of
+# each group's last tile; wide N keeps B reads long.
+CURATED = (
+    BASELINE,
+    GroupedGemmConfig(16, 128, 128, 1, 4, 2, 0),
+    GroupedGemmConfig(32, 128, 64, 1, 4, 3, 0),
+    GroupedGemmConfig(64, 64, 64, 2, 2, 3, 0),
+    GroupedGemmConfig(64, 128, 64, 2, 2, 3, 0),
+    GroupedGemmConfig(128, 64, 64, 2, 2, 3, 0),
+    GroupedGemmConfig(128, 256, 64, 2, 4, 2, 0),
+    GroupedGemmConfig(256, 128, 64, 4, 2, 2, 0),
+)
+
+# With autotuning off, one config per problem, by the mean rows per group.
+_BASELINE_BY_ROWS = ((32, GroupedGemmConfig(32, 128, 64, 1, 4, 3, 0)), (64, GroupedGemmConfig(64, 128, 64, 2, 2, 3, 0)))
+
+
+def baseline_for(problem: GroupedGemmProblem) -> GroupedGemmConfig:
+    mean_rows = problem.tokens / max(problem.groups, 1)
+    for limit, cfg in _BASELINE_BY_ROWS:
+        if mean_rows <= limit and config_fits(cfg, problem) is None:
+            return cfg
+    return BASELINE
+
+
+def search_space(breadth: str = "curated") -> list[GroupedGemmConfig]:
+    if breadth == "baseline":
+        return [BASELINE]
+    if breadth == "curated":
+        return list(CURATED)
+    if breadth == "exhaustive":
+        from ..dense_gemm.config import search_space as dense_space
+
+        return [GroupedGemmConfig(*astuple(c)) for c in dense_space("exhaustive") if c.group_m == 0]
+    raise ValueError(f"unknown search-space breadth {breadth!r} (baseline, curated, exhaustive)")
+
+
+def config_fits(cfg: GroupedGemmConfig, problem: GroupedGemmProblem) -> Optional[Decline]:
+    """Can ``cfg`` compute ``problem`` exactly? Any group sizes (tails masked per group), any
+    N; K must be a multiple of block_k (no K tail, as in the dense kernel)."""
+    static = cfg.static_problems()
+    if static:
+        return Decline("config", f"{cfg.key()}: " + "; ".join(static))
+    if problem.dtype not in SUPPORTED_DTYPES:
+        return Decline("dtype", f"grouped GEMM supports bf16 and fp16, got {problem.dtype}")
+    if problem.k % cfg.block_k:
+        return Decline("shape", f"{cfg.key()}: K={problem.k} is not a multiple of block_k={cfg.block_k} "
+                                "(the kernel has no K tail)")
+    return None
+
+
+def configs_for(problem: GroupedGemmProblem, breadth: str):
+    """The configs of ``breadth`` that fit ``problem``, and the others with their reasons
+    (``baseline``: the one ``baseline_for`` picks)."""
+    fitting, declined = [], []
+    for cfg in [baseline_for(problem)] if breadth == "baseline" else search_space(breadth):
+        why = config_fits(cfg, problem)
+        if why is None:
+            fitting.append(cfg)
+        else:
+            declined.append((cfg, why))
+    return fitting, declined

@@ -1,0 +1,90 @@
+"""Can the grouped GEMM family take these operands at all? (Per-config fit is ``config_fits``.)
+
+``TensorMeta`` in, ``GroupedGemmProblem`` or a ``Decline`` with a reason out; Inductor, the
+custom op and the CLI share these rules.
+
+Accepted: ``torch._grouped_mm``'s MoE forward, A ``[T, K]`` row-major x B ``[G, K, N]`` (each
+group row- or column-major, any 16-byte-aligned group stride) with int32 ``offs [G]``, output
+``[T, N]`` row-major, bf16 or fp16 throughout, no bias. Declined with a reason: the other forms
+(2-D x 2-D with groups along K, 3-D x 3-D batched, 3-D x 2-D), a bias, column-major A,
+mixed dtypes, misalignment, buffers over 4 GiB.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+
+from ..base import INT32_MAX, Decline, TensorMeta, check_aligned, check_span, dtype_name
+from ..dense_gemm.problem import major_of
+from .problem import GroupedGemmProblem
+
+DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _group_matrix(b: TensorMeta) -> TensorMeta:
+    """One group's [K, N] matrix of a 3-D B (what its layout says about every group)."""
+    return TensorMeta(tuple(b.shape[1:]), tuple(b.stride[1:]), b.dtype, b.offset, b.device_type)
+
+
+def check_problem(
+    a: TensorMeta,
+    b: TensorMeta,
+    offs: Optional[TensorMeta],
+    out: TensorMeta,
+    bias: Optional[TensorMeta] = None,
+    *,
+    out_dtype: Optional[torch.dtype] = None,
+) -> Union[GroupedGemmProblem, Decline]:
+    forms = f"{len(a.shape)}-D x {len(b.shape)}-D"
+    if (len(a.shape), len(b.shape)) != (2, 3):
+        return Decline("shape", f"{forms} grouped GEMM is not supported yet (only 2-D A x 3-D B with offs, the "
+                                "MoE forward)")
+    if offs is None:
+        return Decline("shape", "2-D x 3-D grouped GEMM needs offs")
+    if bias is not None:
+        return Decline("shape", "a bias is not supported")
+    (t, k), (g, k2, n) = a.shape, b.shape
+    if k != k2 or tuple(out.shape) != (t, n):
+        return Decline("shape", f"inconsistent shapes A{list(a.shape)} B{list(b.shape)} out{list(out.shape)}")
+    if offs.dtype != torch.int32 or len(offs.shape) != 1 or offs.shape[0] != g:
+        return Decline("shape", f"offs must be int32 [{g}], got {dtype_name(offs.dtype)} {list(offs.shape)}")
+    if g == 0 or n == 0 or k == 0:
+        return Decline("shape", f"empty problem G={g} N={n} K={k}")
+    if max(t, n, k, g) > INT32_MAX:
+        return Decline("shape", "a dimension exceeds int32")
+    if a.dtype not in DTYPES:
+        return Decline("dtype", f"input dtype {dtype_name(a.dtype)} is not bfloat16 or float16")
+    if b.dtype != a.dtype or out.dtype != a.dtype:
+        return Decline("dtype", f"mixed dtypes A={dtype_name(a.dtype)} B={dtype_name(b.dtype)} out={dtype_name(out.dtype)}")
+    if out_dtype is not None and out_dtype != a.dtype:
+        return Decline("dtype", f"out_dtype={dtype_name(out_dtype)} differs from the input dtype; not supported")
+    if a.stride[1] != 1 and k > 1 or (t > 1 and a.stride[0] < k):
+        return Decline("layout", f"A strides {a.stride}: A must be row-major [T, K] (the kernel reads A along K)")
+    b_major = major_of(_group_matrix(b))
+    if b_major is None:
+        return Decline("layout", f"B strides {b.stride}: each group's [K, N] must be row- or column-major")
+    if out.stride[1] != 1 and n > 1 or (t > 1 and out.stride[0] < n):
+        return Decline("layout", f"output strides {out.stride} are not row-major")
+    if offs.stride[0] != 1 and g > 1:
+        return Decline("layout", f"offs strides {offs.stride} are not contiguous")
+    b_lead = b.stride[2] if b_major == "col" else b.stride[1]
+    for name, tm, lead in (("A", a, a.stride[0] if t > 1 else None), ("B", b, b_lead), ("output", out, out.stride[0]),
+                           ("B's group", b, b.stride[0] if g > 1 else None)):
+        d = check_aligned(name, tm, lead)
+        if d:
+            return d
+    for name, tm in (("A", a), ("B", b), ("output", out), ("offs", offs)):
+        d = check_span(name, tm)
+        if d:
+            return d
+    if b_major == "row" and (b.byte_span() % 4):
+        return Decline("shape", f"B is contiguous along N and N={n} is odd: its last element ends mid-dword, which "
+                                "the kernel's range-checked 16-byte loads cannot read exactly")
+    return GroupedGemmProblem(t, n, k, g, a.dtype, b_major)
+
+
+def check_tensors(a, b, offs, out, bias=None) -> Union[GroupedGemmProblem, Decline]:
+    of = TensorMeta.of_optional
+    return check_problem(of(a), of(b), of(offs), of(out), of(bias))

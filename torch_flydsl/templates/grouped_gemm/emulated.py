@@ -1,0 +1,25 @@
+"""Run the grouped GEMM kernel through the gfx950 emulator on CPU tensors (``TORCH_FLYDSL_EXECUTOR=emulator``)."""
+
+from __future__ import annotations
+
+import torch
+
+from .config import GroupedGemmConfig
+
+
+def run_emulated(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
+                 problem=None):
+    """Execute the compiled gfx950 kernel on CPU tensors; results land in ``out``. Raises
+    ``EmulatorError`` when the checker reports a race or an out-of-bounds access. No tokens:
+    nothing runs (as on the device)."""
+    from ...emulator import EmulatorError, emulate
+    from .launcher import checked_problem, compile_args
+
+    problem = problem or checked_problem(a, b, offs, out)
+    if problem.tokens == 0:
+        return None
+    jit_fn, args = compile_args(cfg, a, b, offs, out, problem=problem)
+    report = emulate(jit_fn, args)
+    if not report.ok:
+        raise EmulatorError(f"grouped GEMM {cfg.key()}: {report}")
+    return report

@@ -1,0 +1,73 @@
+"""Host side of the grouped GEMM kernel: argument packing and launch.
+
+Arguments, in order (what ``kernel.build(spec)`` takes): ``out, a, b, offs`` as 1-D unit-stride
+views from each operand's first element to its last, then ``T, N, K, G``, ``lda`` (A's row
+stride), ``ldb`` (one group's leading stride: row stride for row-major, column stride for
+column-major), ``ldbg`` (stride between groups), ``ldc``, ``stream``. A problem with no tokens
+launches nothing (there is no row to write).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from ...runtime import kernel_cache
+from ..base import Decline
+from ..dense_gemm.launcher import flat_operand
+from .config import GroupedGemmConfig
+from .eligibility import check_tensors
+from .kernel import KernelSpec, build, tile_upper_bound
+from .problem import GroupedGemmProblem
+
+
+def checked_problem(a, b, offs, out) -> GroupedGemmProblem:
+    """The family's gate for direct callers; raises ``ValueError`` with its reason."""
+    problem = check_tensors(a, b, offs, out)
+    if isinstance(problem, Decline):
+        raise ValueError(f"grouped GEMM declines these operands: {problem}")
+    return problem
+
+
+def grid_block(cfg: GroupedGemmConfig, tokens: int, groups: int, n: int):
+    """(grid, block) of a launch: the grid bounds the tiles of any split (see ``kernel``)."""
+    return (tile_upper_bound(tokens, groups, n, cfg.block_m, cfg.block_n), 1, 1), (cfg.threads, 1, 1)
+
+
+def compile_args(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
+                 stream: Any = None, problem: Optional[GroupedGemmProblem] = None) -> tuple[Any, tuple]:
+    """``(jit_fn, args)``: ``flyc.compile(jit_fn, *args)`` compiles, ``compiled(*args)`` runs
+    ``out[rows of g] = a[rows of g] @ b[g]``. ``problem``: what the gate returned for exactly
+    these operands (checked here when absent). Needs at least one token."""
+    import flydsl.expr as fx
+
+    if problem is None:
+        problem = checked_problem(a, b, offs, out)
+    ldb = b.stride(2) if problem.b_major == "col" else b.stride(1)
+    args = (
+        flat_operand(out), flat_operand(a), flat_operand(b), flat_operand(offs),
+        int(problem.tokens), int(problem.n), int(problem.k), int(problem.groups),
+        int(a.stride(0)), int(ldb), int(b.stride(0)), int(out.stride(0)),
+        stream if stream is not None else fx.Stream(None),
+    )
+    return build(KernelSpec(cfg, problem.dtype, problem.b_major)), args
+
+
+def launch(cfg: GroupedGemmConfig, a, b, offs, out, stream: Any = None,
+           problem: Optional[GroupedGemmProblem] = None) -> torch.Tensor:
+    """Run the grouped GEMM into ``out`` on the current HIP stream (real GPU only; never without
+    HIP: FlyDSL aborts the process on launch there)."""
+    if not a.is_cuda:
+        raise RuntimeError("grouped_gemm.launch needs device tensors on a ROCm GPU")
+    problem = problem or checked_problem(a, b, offs, out)
+    if problem.tokens == 0:
+        return out
+    import flydsl.compiler as flyc
+
+    if stream is None:
+        stream = torch.cuda.current_stream(a.device)
+    jit_fn, args = compile_args(cfg, a, b, offs, out, stream, problem=problem)
+    compiled, _ = kernel_cache.first_use(kernel_cache.launch_key(jit_fn, a.device), lambda: flyc.compile(jit_fn, *args))
+    compiled(*args)
+    return out
