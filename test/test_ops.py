@@ -106,7 +106,18 @@ def mx_operands(m=64, n=128, k=256, bias=False, scale_rows=None):
     return a, b, sa, sb, c, torch.empty(m, n, dtype=torch.bfloat16)
 
 
+def grouped_operands(sizes=(5, 0, 27), n=64, k=64):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(sum(sizes), k, generator=g).to(torch.bfloat16)
+    b = torch.randn(len(sizes), n, k, generator=g).to(torch.bfloat16).transpose(1, 2)
+    offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32)
+    return a, b, offs, torch.empty(sum(sizes), n, dtype=torch.bfloat16)
+
+
+GRP_CFG = "grp_m32n128k64_w1x4_s3_g0"
+
 OPCHECK_CASES = {
+    "grouped_mm_out": lambda: (grouped_operands()[:3], {"cfg": GRP_CFG, "out": grouped_operands()[3]}),
     "scaled_mm_out": lambda: (mx_operands(bias=True)[:5], {"cfg": MX_CFG, "out": mx_operands()[5]}),
     "aten_scaled_mm_out": lambda: (mx_operands()[:4], {"out": mx_operands()[5]}),
     "dense_mm_out": lambda: ((*operands()[:2],), {"cfg": CFG, "out": operands()[2]}),
@@ -179,4 +190,26 @@ def test_emulator_executor_runs_the_gfx950_scaled_kernel_with_padded_scale_rows(
     sa[40:] = torch.full_like(sa[40:].view(torch.uint8), 0xFF).view(sa.dtype)  # NaN if ever read
     ops.op("scaled_mm_out")(a, b, sa, sb, bias, cfg=MX_CFG, out=out)
     ref = reference(a, b, sa, sb, bias)
+    assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+
+def test_grouped_mm_operands_the_kernel_cannot_take_get_pytorchs_result(monkeypatch, caplog):
+    # K=40 is not a multiple of the config's block_k (64): PyTorch's _grouped_mm computes it.
+    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "reference-standin")
+    monkeypatch.setattr(ops, "_warned", set())
+    a, b, offs, out = grouped_operands(k=40)
+    with caplog.at_level(logging.WARNING, logger="torch_flydsl"):
+        ops.op("grouped_mm_out")(a, b, offs, cfg=GRP_CFG, out=out)
+    assert torch.equal(out, torch._grouped_mm(a, b, offs=offs))
+    assert "PyTorch computes them" in caplog.text and "not a multiple of block_k" in caplog.text
+
+
+@pytest.mark.emulator
+def test_emulator_executor_runs_the_gfx950_grouped_kernel(monkeypatch):
+    from torch_flydsl.templates.grouped_gemm import reference
+
+    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "emulator")
+    a, b, offs, out = grouped_operands(sizes=(3, 0, 40, 9))
+    ops.op("grouped_mm_out")(a, b, offs, cfg=GRP_CFG, out=out)
+    ref = reference(a, b, offs)
     assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2

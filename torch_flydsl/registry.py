@@ -16,6 +16,7 @@ from typing import Optional
 FAMILY_MODULES = (
     "torch_flydsl.templates.dense_gemm.family",
     "torch_flydsl.templates.scaled_gemm.family",
+    "torch_flydsl.templates.grouped_gemm.family",
 )
 
 
@@ -46,6 +47,16 @@ class LoweringOverride:
 
 
 @dataclass(frozen=True)
+class ChoiceHook:
+    """An aten overload whose stock lowering builds its choice list by hand (no
+    ``get_template_configs`` call) but does autotune it: the glue appends the family's choices
+    to that list in an autotuning preprocessing step, beside everything Inductor offered."""
+
+    target: str  # aten overload packet name, e.g. "_grouped_mm"
+    op_name: str  # the family's op, e.g. "grouped_mm"
+
+
+@dataclass(frozen=True)
 class Family:
     """A kernel family as the glue sees it. ``module`` implements the family protocol:
 
@@ -65,6 +76,7 @@ class Family:
     module: str
     custom_ops: tuple[CustomOp, ...]
     lowering_overrides: tuple[LoweringOverride, ...] = ()
+    choice_hooks: tuple[ChoiceHook, ...] = ()
 
     @property
     def aten_ops(self) -> tuple[str, ...]:

@@ -4,7 +4,12 @@ Used by the Inductor-glue tests (the FX-graph and autotune caches only show thei
 across processes). Options come from argv as JSON:
   op: "mm" | "addmm" | "linear" | "scaled_mm" (MX torch._scaled_mm) | "scaled_mm_v2" (F.scaled_mm,
   BlockWise1x32, NO_SWIZZLE);  formats: the MX formats of A and B ("e4m3", "e5m2", "e2m1");
-  bias: a bias vector for the scaled ops;  recipe: "mx" (default) or "tensorwise" (fp8 with
+  bias: a bias vector for the scaled ops;  sizes: group sizes of "grouped_mm" (torch._grouped_mm, 2-D A x 3-D B with offs; M is their
+  sum plus "spare_rows"; b_major "col" (default, [G, N, K] storage) or "row");
+  grouped_form: "2d3d" (default) or "2d2d" (groups along K: the expert weight gradient);
+  "moe": a small MoE block shaped like Hugging Face's (router, top-k, experts through two
+  torch._grouped_mm calls), compared with its eager output;
+  recipe: "mx" (default) or "tensorwise" (fp8 with
   float32 scalar scales, which CPU PyTorch can run: a non-MX scaled_mm);  simulate_rocm_meta: set torch.version.hip in this
   process so that PyTorch's meta functions check ROCm's MX scale layout (a CPU wheel checks
   CUDA's swizzled one; nothing else here keys on it for CPU tensors);  backends: max_autotune_gemm_backends;  force_win: make every
@@ -26,7 +31,9 @@ import torch
 
 
 def family_package(op):
-    return "scaled_gemm" if op.startswith("scaled_mm") else "dense_gemm"
+    if op.startswith("scaled_mm"):
+        return "scaled_gemm"
+    return "grouped_gemm" if op in ("grouped_mm", "moe") else "dense_gemm"
 
 
 def plant_failure(cfg_key, package):
@@ -165,6 +172,10 @@ def main(opts):
     m, n, k = opts.get("shape", [64, 128, 256])
     if op.startswith("scaled_mm"):
         fn, args, reference = scaled_case(op, m, n, k, opts)
+    elif op == "grouped_mm":
+        fn, args, reference = grouped_case(m, n, k, opts)
+    elif op == "moe":
+        fn, args, reference = moe_case(opts)
     else:
         fn, args, reference = dense_case(op, m, n, k, opts)
     if opts.get("epilogue") == "relu":  # a pointwise consumer Triton templates can fuse
@@ -178,6 +189,9 @@ def main(opts):
         for _ in range(opts.get("extra_runs", 0)):  # replays (CUDA graphs under max-autotune)
             out = compiled(*args)
     ref = reference(*args)
+    if ref.isnan().any():  # undefined rows (grouped_mm): compare the defined ones
+        keep = ~ref.isnan().all(dim=-1)
+        out, ref = out[keep], ref[keep]
     lines = [ln.strip() for ln in code[0].splitlines() if "torch_flydsl" in ln or "extern_kernels." in ln]
     print(json.dumps({
         "calls": [ln for ln in lines if not ln.startswith("from ")],
@@ -257,6 +271,80 @@ def scaled_case(op, m, n, k, opts):
                                output_dtype=out_dtype)
     args = (a, b, sa, sb) + ((bias,) if bias is not None else ())
     return fn, args, lambda *xs: reference(*xs)
+
+
+def grouped_case(m, n, k, opts):
+    """A ragged MoE forward: rows past the last offset belong to no group, so the comparison
+    (``max_rel_err``) covers group rows only (PyTorch leaves the others undefined too)."""
+    from torch_flydsl.templates.grouped_gemm import reference
+    from torch_flydsl.templates.grouped_gemm.reference import group_bounds
+
+    sizes = opts.get("sizes", [5, 0, 40, 19])
+    dtype = getattr(torch, opts.get("dtype", "bfloat16"))
+    g = torch.Generator().manual_seed(0)
+    tokens = sum(sizes) + opts.get("spare_rows", 0)
+    if opts.get("grouped_form") == "2d2d":
+        a = torch.randn(tokens, m, generator=g).to(dtype).t()  # [M, T], T contiguous
+        b = torch.randn(tokens, n, generator=g).to(dtype)
+        offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32)
+
+        def per_group_over_k(a, b, offs):
+            bounds = group_bounds(offs, tokens)
+            return torch.stack([a.double()[:, s:e] @ b.double()[s:e] for s, e in bounds])
+
+        return (lambda a, b, offs: torch._grouped_mm(a, b, offs=offs)), (a, b, offs), per_group_over_k
+    a = torch.randn(tokens, k, generator=g).to(dtype)
+    b = torch.randn(len(sizes), n, k, generator=g).to(dtype).transpose(1, 2)
+    if opts.get("b_major") == "row":
+        b = b.contiguous()
+    offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32)
+
+    def fn(a, b, offs):
+        return torch._grouped_mm(a, b, offs=offs)
+
+    def group_rows_only(a, b, offs):
+        ref = reference(a, b, offs)
+        mask = torch.zeros(tokens, dtype=torch.bool)
+        for start, end in group_bounds(offs, tokens):
+            mask[start:end] = True
+        ref[~mask] = float("nan")
+        return ref
+
+    return fn, (a, b, offs), group_rows_only
+
+
+def moe_case(opts):
+    from torch import nn
+
+    class TinyMoE(nn.Module):
+        """Routed experts the way Hugging Face transformers 5.x runs them with grouped_mm."""
+
+        def __init__(self, hidden=64, inter=64, experts=8, top_k=2):
+            super().__init__()
+            g = torch.Generator().manual_seed(0)
+            self.top_k, self.experts = top_k, experts
+            self.router = nn.Linear(hidden, experts, bias=False)
+            self.gate_up = nn.Parameter(torch.randn(experts, 2 * inter, hidden, generator=g) / hidden**0.5)
+            self.down = nn.Parameter(torch.randn(experts, hidden, inter, generator=g) / inter**0.5)
+
+        def forward(self, x):
+            weights, chosen = torch.topk(torch.softmax(self.router(x).float(), -1), self.top_k)
+            flat = chosen.reshape(-1)
+            order = flat.argsort(stable=True)
+            token = order // self.top_k
+            counts = torch.zeros(self.experts, dtype=torch.int64).scatter_add_(0, flat, torch.ones_like(flat))
+            offs = counts.cumsum(0).to(torch.int32)
+            h = torch._grouped_mm(x[token], self.gate_up.transpose(1, 2), offs=offs)
+            gate, up = h.chunk(2, dim=-1)
+            y = torch._grouped_mm(torch.nn.functional.silu(gate) * up, self.down.transpose(1, 2), offs=offs)
+            y = y * weights.reshape(-1)[order].unsqueeze(-1).to(y.dtype)
+            return torch.zeros_like(x).index_add_(0, token, y)
+
+    model = TinyMoE().to(torch.bfloat16)
+    x = torch.randn(opts.get("tokens", 24), 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    with torch.no_grad():
+        eager = model(x).double()
+    return (lambda x: model(x)), (x,), (lambda x: eager)
 
 
 if __name__ == "__main__":

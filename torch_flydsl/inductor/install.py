@@ -54,6 +54,9 @@ def install() -> bool:
     overridden = install_overrides()
     if overridden:
         log.debug("FlyDSL lowering overrides for %s", ", ".join(f"aten.{t}" for t in overridden))
+    from .hooks import install as install_choice_hooks
+
+    install_choice_hooks()
     log.debug("FlyDSL Inductor glue installed")
     _installed = True
     return True

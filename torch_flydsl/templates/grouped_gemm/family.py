@@ -1,0 +1,143 @@
+"""The grouped GEMM family as the glue sees it (``torch_flydsl.registry``): ``grouped_mm``.
+
+Inductor's ``_grouped_mm`` lowering builds its choice list by hand (ATen, Triton's grouped
+template, ...), so the family joins through a ``ChoiceHook``: its choices are appended to that
+list when it is autotuned. Module level holds only the descriptor (read inside ``import
+torch``); everything else imports the family's code when first called.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...registry import ChoiceHook, CustomOp, Family
+
+FAMILY = Family(
+    name="grouped_gemm",
+    module=__name__,
+    custom_ops=(
+        CustomOp("grouped_mm_out", "(Tensor a, Tensor b, Tensor offs, *, str cfg, Tensor(a!) out) -> ()", "grouped_mm"),
+    ),
+    choice_hooks=(ChoiceHook("_grouped_mm", "grouped_mm"),),
+)
+
+
+def __getattr__(name):
+    if name == "KERNEL_VERSION":
+        from .config import KERNEL_VERSION
+
+        return KERNEL_VERSION
+    raise AttributeError(name)
+
+
+# -- Inductor and CLI side: TensorMeta in, problem or Decline out ---------------------------
+
+
+def scalars_from_node(aten_op: str, target: str, args: tuple, kwargs: dict) -> dict:
+    """``_grouped_mm(a, b, offs=None, bias=None, out_dtype=None)``: the lowering hands the
+    choices a, b and offs only, so the gate reads bias and out_dtype here."""
+    bound = dict(zip(("a", "b", "offs", "bias", "out_dtype"), args), **kwargs)
+    return {"bias": bound.get("bias") is not None, "out_dtype": bound.get("out_dtype"),
+            "offs": bound.get("offs") is not None}
+
+
+def problem_from_metas(aten_op: str, inputs: list, out, scalars: dict):
+    """``inputs``: (a, b[, offs]) as TensorMeta, as the lowering binds them."""
+    from ..base import Decline
+    from .eligibility import check_problem
+
+    if scalars.get("bias"):
+        return Decline("shape", "a bias is not supported")
+    a, b = inputs[:2]
+    offs = inputs[2] if len(inputs) > 2 else None
+    return check_problem(a, b, offs, out, out_dtype=scalars.get("out_dtype"))
+
+
+def configs_for(problem, breadth: str):
+    from .config import configs_for as fit
+
+    return fit(problem, breadth)
+
+
+def call_kwargs(aten_op: str, scalars: dict) -> dict:
+    return {}
+
+
+def curated() -> tuple:
+    from .config import CURATED
+
+    return CURATED
+
+
+def lds_bytes(cfg, problem) -> int:
+    return cfg.lds_bytes
+
+
+def explain_problem(aten_op: str, m: int, n: int, k: int, dtype, groups: int = 8, b_major: str = "col"):
+    """The problem an MoE forward with ``m`` tokens over ``groups`` experts poses (A [m, k]
+    row-major, B [groups, k, n] with each expert's matrix ``b_major``), or a Decline."""
+    import torch
+
+    from ..base import TensorMeta
+    from .eligibility import check_problem
+
+    a = TensorMeta.contiguous((m, k), dtype)
+    if b_major == "col":
+        b = TensorMeta((groups, k, n), (n * k, 1, k), dtype)
+    else:
+        b = TensorMeta.contiguous((groups, k, n), dtype)
+    offs = TensorMeta.contiguous((groups,), torch.int32)
+    return check_problem(a, b, offs, TensorMeta.contiguous((m, n), dtype))
+
+
+# -- the custom op's body ---------------------------------------------------------------------
+
+
+@dataclass
+class GroupedCall:
+    cfg_key: str
+    a: Any
+    b: Any
+    offs: Any
+    out: Any
+
+
+def parse_call(custom_op: str, args: tuple, kwargs: dict) -> GroupedCall:
+    a, b, offs = args
+    return GroupedCall(kwargs["cfg"], a, b, offs, kwargs["out"])
+
+
+def check_call(call: GroupedCall):
+    """(config, problem), or a Decline; ValueError for a key that is not a grouped config."""
+    from ..base import Decline
+    from .config import GroupedGemmConfig, config_fits
+    from .eligibility import check_tensors
+
+    cfg = GroupedGemmConfig.from_key(call.cfg_key)
+    problem = check_tensors(call.a, call.b, call.offs, call.out)
+    if isinstance(problem, Decline):
+        return problem
+    return config_fits(cfg, problem) or (cfg, problem)
+
+
+def execute(executor: str, cfg, problem, call: GroupedCall) -> None:
+    if executor == "reference-standin":
+        # Plumbing tests only (named so in every test that uses it): not a FlyDSL kernel.
+        from .reference import reference
+
+        call.out.copy_(reference(call.a, call.b, call.offs, call.out.device, out=call.out).to(call.out.dtype))
+    elif executor == "emulator":
+        from .emulated import run_emulated
+
+        run_emulated(cfg, call.a, call.b, call.offs, call.out, problem=problem)
+    else:
+        from .launcher import launch
+
+        launch(cfg, call.a, call.b, call.offs, call.out, problem=problem)
+
+
+def torch_fallback(call: GroupedCall) -> None:
+    import torch
+
+    call.out.copy_(torch._grouped_mm(call.a, call.b, offs=call.offs))
