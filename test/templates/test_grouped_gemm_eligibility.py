@@ -1,0 +1,75 @@
+"""The grouped GEMM family's gate and configs: which operands it takes and why it declines."""
+
+import pytest
+import torch
+
+from torch_flydsl.templates.base import Decline, TensorMeta
+from torch_flydsl.templates.grouped_gemm import CURATED, GroupedGemmConfig, GroupedGemmProblem, check_problem, configs_for
+from torch_flydsl.templates.grouped_gemm import family
+from torch_flydsl.templates.grouped_gemm.launcher import grid_block
+
+BF16, I32 = torch.bfloat16, torch.int32
+C = TensorMeta.contiguous
+
+
+def metas(t=1024, n=4096, k=2048, g=8, b_major="col", dtype=BF16):
+    b = TensorMeta((g, k, n), (n * k, 1, k), dtype) if b_major == "col" else C((g, k, n), dtype)
+    return C((t, k), dtype), b, C((g,), I32), C((t, n), dtype)
+
+
+def test_moe_forward_is_taken_for_both_expert_majors():
+    for major in ("col", "row"):
+        p = check_problem(*metas(b_major=major))
+        assert p == GroupedGemmProblem(1024, 4096, 2048, 8, BF16, major)
+
+
+def test_zero_tokens_is_a_problem_not_a_decline():
+    assert isinstance(check_problem(*metas(t=0)), GroupedGemmProblem)
+
+
+@pytest.mark.parametrize("change, category, text", [
+    (lambda a, b, o, out: (C((8, 64, 32), BF16), b, o, out), "shape", "3-D x 3-D"),
+    (lambda a, b, o, out: (a, C((2048, 4096), BF16), o, out), "shape", "2-D x 2-D"),
+    (lambda a, b, o, out: (a, b, None, out), "shape", "needs offs"),
+    (lambda a, b, o, out: (a, b, C((8,), torch.int64), out), "shape", "int32"),
+    (lambda a, b, o, out: (TensorMeta((1024, 2048), (1, 1024), BF16), b, o, out), "layout", "row-major [T, K]"),
+    (lambda a, b, o, out: (a, TensorMeta((8, 2048, 4096), (1, 8 * 4096, 8), BF16), o, out), "layout",
+     "row- or column-major"),
+    (lambda a, b, o, out: (C((1024, 2048), torch.float32), b, o, out), "dtype", "not bfloat16"),
+    (lambda a, b, o, out: (TensorMeta((1024, 2048), (2048, 1), BF16, offset=3), b, o, out), "alignment", "16-byte"),
+    (lambda a, b, o, out: (a, TensorMeta((8, 2048, 4096), (4096 * 2048 + 4, 1, 2048), BF16), o, out), "alignment",
+     "B's group"),
+])
+def test_declines_name_category_and_reason(change, category, text):
+    d = check_problem(*change(*metas()))
+    assert isinstance(d, Decline) and d.category == category and text in d.reason, d
+
+
+def test_a_bias_is_declined_by_the_family():
+    a, b, o, out = metas()
+    d = family.problem_from_metas("grouped_mm", [a, b, o], out, {"bias": True})
+    assert isinstance(d, Decline) and "bias" in d.reason
+
+
+def test_configs_need_k_a_multiple_of_block_k_and_no_group_m():
+    fitting, declined = configs_for(GroupedGemmProblem(64, 256, 96, 4, BF16), "curated")
+    assert fitting == [] and all("not a multiple of block_k" in d.reason for _, d in declined)
+    assert "group_m must be 0" in GroupedGemmConfig(128, 128, 64, 2, 2, 2, 8).static_problems()[0]
+    assert all(c.is_valid() for c in CURATED)
+
+
+@pytest.mark.parametrize("tokens, groups, expected", [(1024, 8, "grp_m128n128k64_w2x2_s2_g0"),
+                                                      (256, 8, "grp_m32n128k64_w1x4_s3_g0"),
+                                                      (512, 8, "grp_m64n128k64_w2x2_s3_g0")])
+def test_autotuning_off_picks_the_tile_by_mean_rows_per_group(tokens, groups, expected):
+    (cfg,), _ = configs_for(GroupedGemmProblem(tokens, 4096, 2048, groups, BF16), "baseline")
+    assert cfg.key() == expected
+
+
+def test_grid_bounds_every_split_from_shapes_alone():
+    cfg = GroupedGemmConfig(32, 128, 64, 1, 4, 3, 0)
+    (grid, _, _), _ = grid_block(cfg, tokens=100, groups=4, n=256)
+    # Worst split: every group adds one partial tile to ceil(100 / 32) = 4 full-size ones.
+    assert grid == (4 + 4) * 2
+    worst = sum(-(-s // 32) for s in (1, 1, 1, 97)) * 2
+    assert worst <= grid
