@@ -47,9 +47,10 @@ def grouped_b(groups, k, n, major, dtype, pad=0, offset=0):
 
 
 def emulate_grouped(cfg, sizes, n, k, b_major="col", dtype=torch.bfloat16, spare_rows=0, pad=0, offset=0, seed=0,
-                    offs=None):
+                    offs=None, workgroups=None):
     """Groups of ``sizes`` rows (``spare_rows`` more rows of A/out belong to none), through the
-    emulated kernel and checked. ``offs`` overrides the offsets (e.g. out-of-order values)."""
+    emulated kernel and checked. ``offs`` overrides the offsets (e.g. out-of-order values);
+    ``workgroups`` the persistent grid (small: every workgroup walks several tiles)."""
     tokens = sum(sizes) + spare_rows
     a, a_base = stored(tokens, k, "row", dtype, pad, offset)
     b, b_base = grouped_b(len(sizes), k, n, b_major, dtype, pad, offset)
@@ -59,7 +60,7 @@ def emulate_grouped(cfg, sizes, n, k, b_major="col", dtype=torch.bfloat16, spare
     problem = check_problem(*(TensorMeta.of(t) for t in (a, b, offs, out)))
     assert isinstance(problem, GroupedGemmProblem), problem
     assert config_fits(cfg, problem) is None, config_fits(cfg, problem)
-    jit_fn, args = compile_args(cfg, a, b, offs, out, problem=problem)
+    jit_fn, args = compile_args(cfg, a, b, offs, out, problem=problem, workgroups=workgroups)
 
     def defined_rows(value_of_group):
         full = torch.full((tokens, n), float("nan"), dtype=torch.float64)
@@ -92,6 +93,14 @@ def test_ragged_groups_with_tails_both_b_majors():
         "ragged-tails"])
 def test_ragged_splits(sizes, spare):
     rep = emulate_grouped(SMALL, sizes, n=40, k=64, spare_rows=spare, seed=len(sizes))
+    assert rep.ok, rep
+
+
+@pytest.mark.parametrize("workgroups", [1, 2, 5])
+def test_persistent_workgroups_walk_several_tiles_and_groups(workgroups):
+    # Fewer workgroups than tiles: each takes tiles w, w + grid, ... across group boundaries,
+    # past empty groups, and the LDS of one tile's epilogue is reused by the next tile's DMAs.
+    rep = emulate_grouped(SMALL, [40, 0, 7, 0, 33, 1], n=72, k=64, spare_rows=2, workgroups=workgroups, seed=workgroups)
     assert rep.ok, rep
 
 

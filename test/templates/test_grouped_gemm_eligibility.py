@@ -66,10 +66,15 @@ def test_autotuning_off_picks_the_tile_by_mean_rows_per_group(tokens, groups, ex
     assert cfg.key() == expected
 
 
-def test_grid_bounds_every_split_from_shapes_alone():
+def test_grid_is_the_tile_bound_or_what_the_gpu_holds_whichever_is_smaller():
+    from torch_flydsl.templates.grouped_gemm.kernel import tile_upper_bound
+    from torch_flydsl.templates.grouped_gemm.launcher import NUM_CUS, resident_per_cu
+
     cfg = GroupedGemmConfig(32, 128, 64, 1, 4, 3, 0)
-    (grid, _, _), _ = grid_block(cfg, tokens=100, groups=4, n=256)
-    # Worst split: every group adds one partial tile to ceil(100 / 32) = 4 full-size ones.
-    assert grid == (4 + 4) * 2
-    worst = sum(-(-s // 32) for s in (1, 1, 1, 97)) * 2
-    assert worst <= grid
+    # Worst split of 100 rows into 4 groups: each adds one partial tile to ceil(100 / 32) = 4.
+    assert tile_upper_bound(100, 4, 256, 32, 128) == (4 + 4) * 2
+    assert sum(-(-s // 32) for s in (1, 1, 1, 97)) * 2 <= tile_upper_bound(100, 4, 256, 32, 128)
+    assert grid_block(cfg, tokens=100, groups=4, n=256)[0] == (16, 1, 1)
+    big = grid_block(cfg, tokens=131072, groups=128, n=4096)[0][0]
+    assert big == NUM_CUS * resident_per_cu(cfg) == 256 * 2  # 61440 B of LDS: two per CU
+    assert grid_block(cfg, 100, 4, 256, workgroups=3)[0] == (3, 1, 1)

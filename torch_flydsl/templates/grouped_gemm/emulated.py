@@ -8,7 +8,7 @@ from .config import GroupedGemmConfig
 
 
 def run_emulated(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
-                 problem=None):
+                 problem=None, workgroups=None):
     """Execute the compiled gfx950 kernel on CPU tensors; results land in ``out``. Raises
     ``EmulatorError`` when the checker reports a race or an out-of-bounds access. No tokens:
     nothing runs (as on the device)."""
@@ -18,7 +18,7 @@ def run_emulated(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs:
     problem = problem or checked_problem(a, b, offs, out)
     if problem.tokens == 0:
         return None
-    jit_fn, args = compile_args(cfg, a, b, offs, out, problem=problem)
+    jit_fn, args = compile_args(cfg, a, b, offs, out, problem=problem, workgroups=workgroups)
     report = emulate(jit_fn, args)
     if not report.ok:
         raise EmulatorError(f"grouped GEMM {cfg.key()}: {report}")

@@ -3,8 +3,8 @@
 Arguments, in order (what ``kernel.build(spec)`` takes): ``out, a, b, offs`` as 1-D unit-stride
 views from each operand's first element to its last, then ``T, N, K, G``, ``lda`` (A's row
 stride), ``ldb`` (one group's leading stride: row stride for row-major, column stride for
-column-major), ``ldbg`` (stride between groups), ``ldc``, ``stream``. A problem with no tokens
-launches nothing (there is no row to write).
+column-major), ``ldbg`` (stride between groups), ``ldc``, ``workgroups`` (the persistent grid),
+``stream``. A problem with no tokens launches nothing (there is no row to write).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 
 from ...runtime import kernel_cache
 from ..base import Decline
+from ..dense_gemm.config import LDS_LIMIT_BYTES
 from ..dense_gemm.launcher import flat_operand
 from .config import GroupedGemmConfig
 from .eligibility import check_tensors
@@ -30,13 +31,28 @@ def checked_problem(a, b, offs, out) -> GroupedGemmProblem:
     return problem
 
 
-def grid_block(cfg: GroupedGemmConfig, tokens: int, groups: int, n: int):
-    """(grid, block) of a launch: the grid bounds the tiles of any split (see ``kernel``)."""
-    return (tile_upper_bound(tokens, groups, n, cfg.block_m, cfg.block_n), 1, 1), (cfg.threads, 1, 1)
+NUM_CUS = 256  # MI350X / MI355X
+MAX_RESIDENT = 4  # workgroups per CU the persistent grid plans for (LDS allowing)
+
+
+def resident_per_cu(cfg: GroupedGemmConfig) -> int:
+    """Workgroups of ``cfg`` one CU holds at once, as far as LDS decides (at most MAX_RESIDENT;
+    registers are not known before compiling, so this may overcount: extra workgroups only wait)."""
+    return max(1, min(MAX_RESIDENT, LDS_LIMIT_BYTES // cfg.lds_bytes))
+
+
+def grid_block(cfg: GroupedGemmConfig, tokens: int, groups: int, n: int, workgroups: Optional[int] = None):
+    """(grid, block) of a launch: as many workgroups as the GPU holds at once, or fewer when
+    the tile bound (see ``kernel``) is smaller; ``workgroups`` overrides (tests use it to give
+    every workgroup several tiles)."""
+    bound = tile_upper_bound(tokens, groups, n, cfg.block_m, cfg.block_n)
+    grid = workgroups if workgroups is not None else min(bound, NUM_CUS * resident_per_cu(cfg))
+    return (max(1, grid), 1, 1), (cfg.threads, 1, 1)
 
 
 def compile_args(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
-                 stream: Any = None, problem: Optional[GroupedGemmProblem] = None) -> tuple[Any, tuple]:
+                 stream: Any = None, problem: Optional[GroupedGemmProblem] = None,
+                 workgroups: Optional[int] = None) -> tuple[Any, tuple]:
     """``(jit_fn, args)``: ``flyc.compile(jit_fn, *args)`` compiles, ``compiled(*args)`` runs
     ``out[rows of g] = a[rows of g] @ b[g]``. ``problem``: what the gate returned for exactly
     these operands (checked here when absent). Needs at least one token."""
@@ -49,6 +65,7 @@ def compile_args(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs:
         flat_operand(out), flat_operand(a), flat_operand(b), flat_operand(offs),
         int(problem.tokens), int(problem.n), int(problem.k), int(problem.groups),
         int(a.stride(0)), int(ldb), int(b.stride(0)), int(out.stride(0)),
+        grid_block(cfg, problem.tokens, problem.groups, problem.n, workgroups)[0][0],
         stream if stream is not None else fx.Stream(None),
     )
     return build(KernelSpec(cfg, problem.dtype, problem.b_major)), args
