@@ -161,3 +161,21 @@ def test_zero_tokens_launch_nothing():
     b = torch.randn(4, 64, 32).to(torch.bfloat16)
     out = torch.empty(0, 32, dtype=torch.bfloat16)
     assert run_emulated(SMALL, a, b, torch.zeros(4, dtype=torch.int32), out) is None
+
+
+@pytest.mark.parametrize("b_major, workgroups", [("col", None), ("row", 3)])
+def test_batched_3d_x_3d(b_major, workgroups):
+    g, m, n, k = 3, 37, 40, 64
+    a, a_base = stored(g * m, k, "row", torch.bfloat16)
+    a = a.view(g, m, k)
+    b, b_base = grouped_b(g, k, n, b_major, torch.bfloat16)
+    out, out_base = stored(g * m, n, "row", torch.bfloat16)
+    out = out.view(g, m, n)
+    problem = check_problem(*(TensorMeta.of(t) if t is not None else None for t in (a, b, None, out)))
+    assert isinstance(problem, GroupedGemmProblem) and problem.group_rows == m, problem
+    jit_fn, args = compile_args(SMALL, a, b, None, out, problem=problem, workgroups=workgroups)
+    rep = run_and_compare(
+        jit_fn, args, lambda: on_storage(reference(a, b, None), out, out_base), inputs=[a_base, b_base],
+        outputs=[out_base],
+        tolerance=BaselineTolerance(lambda: on_storage(torch.bmm(a, b).double(), out, out_base), ATEN_FACTOR, ERROR_FLOOR))
+    assert rep.ok, rep

@@ -6,7 +6,8 @@ across processes). Options come from argv as JSON:
   BlockWise1x32, NO_SWIZZLE);  formats: the MX formats of A and B ("e4m3", "e5m2", "e2m1");
   bias: a bias vector for the scaled ops;  sizes: group sizes of "grouped_mm" (torch._grouped_mm, 2-D A x 3-D B with offs; M is their
   sum plus "spare_rows"; b_major "col" (default, [G, N, K] storage) or "row");
-  grouped_form: "2d3d" (default) or "2d2d" (groups along K: the expert weight gradient);
+  grouped_form: "2d3d" (default), "3d3d" (batched, len(sizes) batches of M rows) or "2d2d"
+  (groups along K: the expert weight gradient);
   "moe": a small MoE block shaped like Hugging Face's (router, top-k, experts through two
   torch._grouped_mm calls), compared with its eager output;
   recipe: "mx" (default) or "tensorwise" (fp8 with
@@ -283,6 +284,10 @@ def grouped_case(m, n, k, opts):
     dtype = getattr(torch, opts.get("dtype", "bfloat16"))
     g = torch.Generator().manual_seed(0)
     tokens = sum(sizes) + opts.get("spare_rows", 0)
+    if opts.get("grouped_form") == "3d3d":  # batched: G batches of M rows, no offs
+        a = torch.randn(len(sizes), m, k, generator=g).to(dtype)
+        b = torch.randn(len(sizes), n, k, generator=g).to(dtype).transpose(1, 2)
+        return (lambda a, b: torch._grouped_mm(a, b)), (a, b), (lambda a, b: reference(a, b, None))
     if opts.get("grouped_form") == "2d2d":
         a = torch.randn(tokens, m, generator=g).to(dtype).t()  # [M, T], T contiguous
         b = torch.randn(tokens, n, generator=g).to(dtype)

@@ -49,6 +49,16 @@ def test_a_compiled_moe_block_runs_its_grouped_gemms_through_the_kernel_and_matc
     assert r["flydsl_log"] == [] and r["max_rel_err"] < 2e-2
 
 
+def test_batched_3d_x_3d_calls_the_plugin_op_without_offs(cache):
+    r = compile_in_subprocess(cache, STANDIN, op="grouped_mm", grouped_form="3d3d", force_win=True,
+                              shape=[40, 64, 64], sizes=[0, 0, 0])
+    assert_expected_inline(
+        "\n".join(r["calls"]),
+        """torch.ops.torch_flydsl.grouped_mm_out.default(arg0_1, arg1_1, cfg='grp_m64n128k64_w2x2_s3_g0', out=buf0)""",
+    )
+    assert r["max_rel_err"] < 1e-2
+
+
 def test_weight_gradient_form_keeps_pytorchs_path_with_a_reason(cache):
     r = compile_in_subprocess(cache, INFO, op="grouped_mm", grouped_form="2d2d", force_win=True, shape=[32, 64, 0],
                               sizes=[10, 0, 38])

@@ -43,7 +43,7 @@ def assert_clean(ck, cfg):
 def test_baseline_compiles_clean_with_its_name():
     ck = compile_one(BASELINE, "col")
     assert_clean(ck, BASELINE)
-    assert ck.kernels[0].name == f"flydsl_grouped_gemm_bf16_nt_{BASELINE.key()}"
+    assert ck.kernels[0].name == f"flydsl_grouped_gemm_ragged_bf16_nt_{BASELINE.key()}"
 
 
 def _rotation():

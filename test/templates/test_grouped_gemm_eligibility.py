@@ -23,12 +23,20 @@ def test_moe_forward_is_taken_for_both_expert_majors():
         assert p == GroupedGemmProblem(1024, 4096, 2048, 8, BF16, major)
 
 
+def test_batched_3d_x_3d_is_the_ragged_problem_with_fixed_groups():
+    a, b, _, _ = metas()
+    p = check_problem(C((8, 64, 2048), BF16), b, None, C((8, 64, 4096), BF16))
+    assert p == GroupedGemmProblem(8 * 64, 4096, 2048, 8, BF16, "col", group_rows=64) and p.batched
+
+
 def test_zero_tokens_is_a_problem_not_a_decline():
     assert isinstance(check_problem(*metas(t=0)), GroupedGemmProblem)
 
 
 @pytest.mark.parametrize("change, category, text", [
-    (lambda a, b, o, out: (C((8, 64, 32), BF16), b, o, out), "shape", "3-D x 3-D"),
+    (lambda a, b, o, out: (C((8, 64, 2048), BF16), b, o, C((8, 64, 4096), BF16)), "shape", "takes no offs"),
+    (lambda a, b, o, out: (TensorMeta((8, 64, 2048), (2048 * 80, 2048, 1), BF16), b, None, C((8, 64, 4096), BF16)),
+     "layout", "not stacked"),
     (lambda a, b, o, out: (a, C((2048, 4096), BF16), o, out), "shape", "2-D x 2-D"),
     (lambda a, b, o, out: (a, b, None, out), "shape", "needs offs"),
     (lambda a, b, o, out: (a, b, C((8,), torch.int64), out), "shape", "int32"),

@@ -38,9 +38,11 @@ def check_problem(
     out_dtype: Optional[torch.dtype] = None,
 ) -> Union[GroupedGemmProblem, Decline]:
     forms = f"{len(a.shape)}-D x {len(b.shape)}-D"
+    if (len(a.shape), len(b.shape)) == (3, 3):
+        return _check_batched(a, b, offs, out, bias, out_dtype)
     if (len(a.shape), len(b.shape)) != (2, 3):
-        return Decline("shape", f"{forms} grouped GEMM is not supported yet (only 2-D A x 3-D B with offs, the "
-                                "MoE forward)")
+        return Decline("shape", f"{forms} grouped GEMM is not supported yet (2-D A x 3-D B with offs, the MoE "
+                                "forward, and 3-D x 3-D are)")
     if offs is None:
         return Decline("shape", "2-D x 3-D grouped GEMM needs offs")
     if bias is not None:
@@ -86,5 +88,28 @@ def check_problem(
 
 
 def check_tensors(a, b, offs, out, bias=None) -> Union[GroupedGemmProblem, Decline]:
+    """``check_problem`` for real (or meta / CPU stand-in) tensors; ``offs`` may be None."""
     of = TensorMeta.of_optional
     return check_problem(of(a), of(b), of(offs), of(out), of(bias))
+
+
+def _check_batched(a, b, offs, out, bias, out_dtype) -> Union[GroupedGemmProblem, Decline]:
+    """3-D A [G, M, K] x 3-D B [G, K, N] -> [G, M, N]: the ragged problem with G groups of M rows,
+    when A's and the output's batches are stacked (then they are [G*M, K] / [G*M, N] matrices)."""
+    if offs is not None:
+        return Decline("shape", "3-D x 3-D grouped GEMM takes no offs")
+    (g, m, k), (g2, _, n) = a.shape, b.shape
+    if g != g2 or tuple(out.shape) != (g, m, n):
+        return Decline("shape", f"inconsistent shapes A{list(a.shape)} B{list(b.shape)} out{list(out.shape)}")
+    if m == 0:
+        return Decline("shape", "empty batches (M = 0)")
+    for name, t in (("A", a), ("output", out)):
+        if g > 1 and t.stride[0] != m * t.stride[1]:
+            return Decline("layout", f"{name}'s batches are not stacked (batch stride {t.stride[0]} != M x row "
+                                     f"stride {m * t.stride[1]}): the kernel reads them as one [G*M, ...] matrix")
+    flat = lambda t, cols: TensorMeta((g * m, cols), t.stride[1:], t.dtype, t.offset, t.device_type)  # noqa: E731
+    problem = check_problem(flat(a, k), b, TensorMeta((g,), (1,), torch.int32), flat(out, n), bias,
+                            out_dtype=out_dtype)
+    if isinstance(problem, Decline):
+        return problem
+    return GroupedGemmProblem(problem.tokens, n, k, g, problem.dtype, problem.b_major, group_rows=m)

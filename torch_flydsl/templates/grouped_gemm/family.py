@@ -17,7 +17,8 @@ FAMILY = Family(
     name="grouped_gemm",
     module=__name__,
     custom_ops=(
-        CustomOp("grouped_mm_out", "(Tensor a, Tensor b, Tensor offs, *, str cfg, Tensor(a!) out) -> ()", "grouped_mm"),
+        CustomOp("grouped_mm_out", "(Tensor a, Tensor b, Tensor? offs=None, *, str cfg, Tensor(a!) out) -> ()",
+                 "grouped_mm"),
     ),
     choice_hooks=(ChoiceHook("_grouped_mm", "grouped_mm"),),
 )
@@ -43,7 +44,7 @@ def scalars_from_node(aten_op: str, target: str, args: tuple, kwargs: dict) -> d
 
 
 def problem_from_metas(aten_op: str, inputs: list, out, scalars: dict):
-    """``inputs``: (a, b[, offs]) as TensorMeta, as the lowering binds them."""
+    """``inputs``: (a, b[, offs]) as TensorMeta, as the lowering binds them (3-D x 3-D: no offs)."""
     from ..base import Decline
     from .eligibility import check_problem
 
@@ -99,12 +100,13 @@ class GroupedCall:
     cfg_key: str
     a: Any
     b: Any
-    offs: Any
+    offs: Any  # None for 3-D x 3-D
     out: Any
 
 
 def parse_call(custom_op: str, args: tuple, kwargs: dict) -> GroupedCall:
-    a, b, offs = args
+    a, b, *rest = args
+    offs = rest[0] if rest else kwargs.get("offs")
     return GroupedCall(kwargs["cfg"], a, b, offs, kwargs["out"])
 
 

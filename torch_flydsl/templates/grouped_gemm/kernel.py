@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 import torch
-from flydsl.expr import gpu
+from flydsl.expr import const_expr, gpu
 
 from ..dense_gemm import kernel as dense
 from .config import GroupedGemmConfig
@@ -43,6 +43,7 @@ class KernelSpec:
     cfg: GroupedGemmConfig
     dtype: torch.dtype
     b_major: str  # each group's [K, N]: "row" (N contiguous) or "col" (K contiguous)
+    batched: bool = False  # 3-D A: group g is rows [g * group_rows, (g + 1) * group_rows) (no offs)
 
     @property
     def dense(self) -> dense.KernelSpec:
@@ -52,7 +53,8 @@ class KernelSpec:
     @property
     def name(self) -> str:
         d = {torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
-        return f"flydsl_grouped_gemm_{d}_n{'t' if self.b_major == 'col' else 'n'}_{self.cfg.key()}"
+        form = "batched" if self.batched else "ragged"
+        return f"flydsl_grouped_gemm_{form}_{d}_n{'t' if self.b_major == 'col' else 'n'}_{self.cfg.key()}"
 
 
 def tile_upper_bound(tokens, groups, n, block_m: int, block_n: int):
@@ -63,10 +65,14 @@ def tile_upper_bound(tokens, groups, n, block_m: int, block_n: int):
 NO_MORE_TILES = 1 << 30  # the tile count of the "group" past the last one: the walk stops there
 
 
-def group_end(offs_buf, g, prev, groups, tokens):
+def group_end(offs_buf, g, prev, groups, tokens, group_rows):
     """Group ``g``'s end row, clamped as the reference clamps it (at or after ``prev``, at or
-    before ``tokens``). ``g`` past the last group reads the last offset (never out of range)."""
-    e = offs_buf[(g < groups).select(g, groups - 1)]
+    before ``tokens``). Ragged (``offs_buf``): ``g`` past the last group reads the last offset
+    (never out of range). Batched (``offs_buf`` is None): ``(g + 1) * group_rows``."""
+    if offs_buf is None:
+        e = (g + 1) * group_rows
+    else:
+        e = offs_buf[(g < groups).select(g, groups - 1)]
     e = (e < tokens).select(e, tokens)
     return (e < prev).select(prev, e)
 
@@ -76,14 +82,14 @@ def group_tiles(g, start, end, groups, n_tiles, block_m: int):
 
 
 @dense._dsl_control_flow
-def advance(offs_buf, t, g, seen, start, end, tiles, groups, tokens, n_tiles, block_m: int):
+def advance(offs_buf, t, g, seen, start, end, tiles, groups, tokens, group_rows, n_tiles, block_m: int):
     """Walk forward from group ``g`` (whose tiles are numbered ``seen ..``) to the group that
     holds tile ``t``; returns the walk state there. ``g == groups`` when ``t`` is past them all."""
     while t >= seen + tiles:
         seen = seen + tiles
         start = end
         g = g + 1
-        end = group_end(offs_buf, g, start, groups, tokens)
+        end = group_end(offs_buf, g, start, groups, tokens, group_rows)
         tiles = group_tiles(g, start, end, groups, n_tiles, block_m)
     return g, seen, start, end, tiles
 
@@ -92,11 +98,13 @@ def advance(offs_buf, t, g, seen, start, end, tiles, groups, tokens, n_tiles, bl
 def build(spec: KernelSpec):
     """The ``@flyc.jit`` launcher for ``spec``.
 
-    Signature: ``launch(out, a, b, offs, tokens, n, k, groups, lda, ldb, ldbg, ldc, workgroups,
-    stream)`` with ``out``/``a``/``b``/``offs`` 1-D unit-stride views from each operand's first
+    Signature: ``launch(out, a, b, offs, tokens, n, k, groups, group_rows, lda, ldb, ldbg, ldc,
+    workgroups, stream)`` with ``out``/``a``/``b``/``offs`` 1-D unit-stride views from each operand's first
     element (``dense_gemm.launcher.flat_operand``), ints for sizes and strides (elements; ``ldb``
     is the leading stride of one group's matrix, ``ldbg`` the stride between groups) and the
-    persistent grid size ``workgroups`` (>= 1). Block ``(threads, 1, 1)``.
+    persistent grid size ``workgroups`` (>= 1). Batched (3-D A, ``spec.batched``): A and the
+    output are read as ``[G * group_rows, ...]`` (their batches stacked) and ``offs`` is not
+    read. Block ``(threads, 1, 1)``.
     """
     cfg = spec.cfg
     d = spec.dense
@@ -130,6 +138,7 @@ def build(spec: KernelSpec):
         n: fx.Int32,
         k: fx.Int32,
         groups: fx.Int32,
+        group_rows: fx.Int32,
         lda: fx.Int32,
         ldb: fx.Int32,
         ldbg: fx.Int32,
@@ -139,15 +148,18 @@ def build(spec: KernelSpec):
         tid = fx.thread_idx.x
         smem = dense.shared_tiles(d, d.elem_type())
         op_bufs = (dense.buffer_of(a), dense.buffer_of(b), dense.buffer_of(out))
-        offs_buf = dense.buffer_of(offs, OFFS_BYTES)
+        offs_buf = None
+        if const_expr(not spec.batched):
+            offs_buf = dense.buffer_of(offs, OFFS_BYTES)
         n_tiles = (n + BN - 1) // BN
         g = fx.Int32(0)
         seen = fx.Int32(0)
         start = fx.Int32(0)
-        end = group_end(offs_buf, g, start, groups, tokens)
+        end = group_end(offs_buf, g, start, groups, tokens, group_rows)
         tiles = group_tiles(g, start, end, groups, n_tiles, BM)
         for t in range(fx.block_idx.x, tile_upper_bound(tokens, groups, n, BM, BN), workgroups):
-            g, seen, start, end, tiles = advance(offs_buf, t, g, seen, start, end, tiles, groups, tokens, n_tiles, BM)
+            g, seen, start, end, tiles = advance(offs_buf, t, g, seen, start, end, tiles, groups, tokens, group_rows,
+                                                 n_tiles, BM)
             if g < groups:
                 gpu.barrier()  # the previous tile's epilogue is done with the LDS the DMAs overwrite
                 one_tile(tid, smem, op_bufs, g, start, end, t - seen, n_tiles, n, k, lda, ldb, ldbg, ldc)
@@ -162,6 +174,7 @@ def build(spec: KernelSpec):
         n: fx.Int32,
         k: fx.Int32,
         groups: fx.Int32,
+        group_rows: fx.Int32,
         lda: fx.Int32,
         ldb: fx.Int32,
         ldbg: fx.Int32,
@@ -169,7 +182,7 @@ def build(spec: KernelSpec):
         workgroups: fx.Int32,
         stream: fx.Stream = fx.Stream(None),
     ):
-        grouped_gemm_kernel(out, a, b, offs, tokens, n, k, groups, lda, ldb, ldbg, ldc, workgroups).launch(
+        grouped_gemm_kernel(out, a, b, offs, tokens, n, k, groups, group_rows, lda, ldb, ldbg, ldc, workgroups).launch(
             grid=(workgroups, 1, 1), block=(THREADS, 1, 1), stream=stream
         )
 

@@ -50,6 +50,18 @@ def grid_block(cfg: GroupedGemmConfig, tokens: int, groups: int, n: int, workgro
     return (max(1, grid), 1, 1), (cfg.threads, 1, 1)
 
 
+_UNREAD: dict = {}
+
+
+def _unread(like: torch.Tensor) -> torch.Tensor:
+    """A one-element int32 tensor on ``like``'s device for the batched kernel's ``offs``
+    parameter, which it never reads (one per device, made once)."""
+    key = str(like.device)
+    if key not in _UNREAD:
+        _UNREAD[key] = torch.zeros(1, dtype=torch.int32, device=like.device)
+    return _UNREAD[key]
+
+
 def compile_args(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
                  stream: Any = None, problem: Optional[GroupedGemmProblem] = None,
                  workgroups: Optional[int] = None) -> tuple[Any, tuple]:
@@ -61,14 +73,15 @@ def compile_args(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs:
     if problem is None:
         problem = checked_problem(a, b, offs, out)
     ldb = b.stride(2) if problem.b_major == "col" else b.stride(1)
+    row = 1 if problem.batched else 0  # the row dimension of A and the output
     args = (
-        flat_operand(out), flat_operand(a), flat_operand(b), flat_operand(offs),
-        int(problem.tokens), int(problem.n), int(problem.k), int(problem.groups),
-        int(a.stride(0)), int(ldb), int(b.stride(0)), int(out.stride(0)),
+        flat_operand(out), flat_operand(a), flat_operand(b), flat_operand(offs if offs is not None else _unread(a)),
+        int(problem.tokens), int(problem.n), int(problem.k), int(problem.groups), int(problem.group_rows),
+        int(a.stride(row)), int(ldb), int(b.stride(0)), int(out.stride(row)),
         grid_block(cfg, problem.tokens, problem.groups, problem.n, workgroups)[0][0],
         stream if stream is not None else fx.Stream(None),
     )
-    return build(KernelSpec(cfg, problem.dtype, problem.b_major)), args
+    return build(KernelSpec(cfg, problem.dtype, problem.b_major, problem.batched)), args
 
 
 def launch(cfg: GroupedGemmConfig, a, b, offs, out, stream: Any = None,

@@ -7,6 +7,10 @@ matrix row-major (N contiguous) or column-major (stored ``[G, N, K]``, K contigu
 weight layout). ``out`` is ``[T, N]`` row-major: ``out[r] = A[r] @ B[g(r)]``; rows from
 ``offs[G-1]`` to T belong to no group and are not written (as in PyTorch).
 
+The batched form (3-D A ``[G, M, K]`` x 3-D B, output ``[G, M, N]``, no offs) is the same
+problem with ``T = G * M`` and group g owning rows ``[g * M, (g + 1) * M)`` when A's and the
+output's batches are stacked (batch stride = M x row stride).
+
 The offsets are device data: the kernel reads them at run time (no host sync, CUDA-graph safe).
 """
 
@@ -27,6 +31,11 @@ class GroupedGemmProblem:
     groups: int
     dtype: torch.dtype  # inputs and output share it (bf16 or fp16)
     b_major: Major = "col"  # each group's [K, N] matrix: "row" (N contiguous) or "col" (K contiguous)
+    group_rows: int = 0  # 0: groups split A's rows by offs; > 0: 3-D A, every group has this many rows
+
+    @property
+    def batched(self) -> bool:
+        return self.group_rows > 0
 
     @property
     def m(self) -> int:

@@ -18,13 +18,15 @@ def group_bounds(offs: torch.Tensor, tokens: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def reference(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, device: Optional[torch.device] = None,
+def reference(a: torch.Tensor, b: torch.Tensor, offs: Optional[torch.Tensor], device: Optional[torch.device] = None,
               out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``[T, N]`` float64: row r of group g is ``A[r] @ B[g]``. Rows past the last offset
     belong to no group: they are taken from ``out`` (float64) when given (the kernel never
-    writes them), else zero."""
+    writes them), else zero. Batched (3-D A, no offs): ``[G, M, N]``, ``A[g] @ B[g]``."""
     device = device or "cpu"
     a64, b64 = a.detach().to(device, torch.float64), b.detach().to(device, torch.float64)
+    if a.dim() == 3:
+        return torch.bmm(a64, b64)
     t, n = a.shape[0], b.shape[2]
     result = out.detach().to(device, torch.float64).clone() if out is not None else torch.zeros(t, n, dtype=torch.float64,
                                                                                                   device=device)
