@@ -109,3 +109,16 @@ def check_span(name: str, t: TensorMeta):
     if span >= BUFFER_SPAN_LIMIT:
         return Decline("size", f"{name} spans {span} bytes; AMD buffer descriptors address < 4 GiB")
     return None
+
+
+def split_by_fit(configs, fits) -> tuple[list, list]:
+    """``(the configs that fit, [(config, Decline)] for the others)``; ``fits(config)`` returns
+    None when the config fits, else the Decline saying why not."""
+    fitting, declined = [], []
+    for cfg in configs:
+        why = fits(cfg)
+        if why is None:
+            fitting.append(cfg)
+        else:
+            declined.append((cfg, why))
+    return fitting, declined

@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from ..base import Decline
+from ..base import Decline, split_by_fit
 from .problem import GemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
@@ -225,11 +225,5 @@ def config_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]
 
 def configs_for(problem: GemmProblem, breadth: str) -> tuple[list[DenseGemmConfig], list[tuple[DenseGemmConfig, Decline]]]:
     """The configs of ``breadth`` that fit ``problem``, and the others with their reasons."""
-    fitting, declined = [], []
-    for cfg in search_space(breadth):
-        why = config_fits(cfg, problem)
-        if why is None:
-            fitting.append(cfg)
-        else:
-            declined.append((cfg, why))
-    return fitting, declined
+    candidates = search_space(breadth)
+    return split_by_fit(candidates, lambda cfg: config_fits(cfg, problem))

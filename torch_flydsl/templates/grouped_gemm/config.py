@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 from typing import Optional
 
-from ..base import Decline
+from ..base import Decline, split_by_fit
 from ..dense_gemm.config import SUPPORTED_DTYPES, DenseGemmConfig
 from .problem import GroupedGemmProblem
 
@@ -95,11 +95,5 @@ def config_fits(cfg: GroupedGemmConfig, problem: GroupedGemmProblem) -> Optional
 def configs_for(problem: GroupedGemmProblem, breadth: str):
     """The configs of ``breadth`` that fit ``problem``, and the others with their reasons
     (``baseline``: the one ``baseline_for`` picks)."""
-    fitting, declined = [], []
-    for cfg in [baseline_for(problem)] if breadth == "baseline" else search_space(breadth):
-        why = config_fits(cfg, problem)
-        if why is None:
-            fitting.append(cfg)
-        else:
-            declined.append((cfg, why))
-    return fitting, declined
+    candidates = [baseline_for(problem)] if breadth == "baseline" else search_space(breadth)
+    return split_by_fit(candidates, lambda cfg: config_fits(cfg, problem))

@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from ..base import Decline
+from ..base import Decline, split_by_fit
 from ..dense_gemm.config import (
     DMA_BYTES,
     DenseGemmConfig,
@@ -283,11 +283,5 @@ def configs_for(
 ) -> tuple[list[ScaledGemmConfig], list[tuple[ScaledGemmConfig, Decline]]]:
     """The configs of ``breadth`` that fit ``problem``, and the others with their reasons
     (``baseline``: the one config ``baseline_for`` picks)."""
-    fitting, declined = [], []
-    for cfg in [baseline_for(problem)] if breadth == "baseline" else search_space(breadth):
-        why = config_fits(cfg, problem)
-        if why is None:
-            fitting.append(cfg)
-        else:
-            declined.append((cfg, why))
-    return fitting, declined
+    candidates = [baseline_for(problem)] if breadth == "baseline" else search_space(breadth)
+    return split_by_fit(candidates, lambda cfg: config_fits(cfg, problem))
