@@ -39,17 +39,26 @@ Prints a table, writes ``scaled_gemm_bench.csv`` (one row per shape and format),
 from __future__ import annotations
 
 import argparse
-import csv
-import importlib.util
-import math
-import statistics
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 
 from torch_flydsl.registry import family_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _device_bench_common import (  # noqa: E402
+    FLUSH_BYTES,
+    device_gate,
+    geomean,
+    matplotlib_pyplot,
+    rel_error,
+    table,
+    time_ms,
+    tflops,
+    write_csv,
+)
 
 SUITE = (
     *((m, 4096, 4096) for m in (1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)),
@@ -62,7 +71,6 @@ SUITE = (
 FORMATS = ("mxfp8", "mxfp4")  # the family's explain_problem names; mxfp8-e5m2 and w4a8 work too
 ERROR_LIMIT = 2.0**-7  # max |out - ref| / max |ref| for a config to count
 SCALE_CODES = (120, 135)  # E8M0 codes drawn: 2^-7 .. 2^7
-FLUSH_BYTES = 512 * 2**20
 
 
 def _family():
@@ -142,66 +150,6 @@ def flydsl_fn(via: str, cfg, problem, a, b, sa, sb, out) -> Callable[[], torch.T
     return lambda: (compiled(*args), out)[1]
 
 
-def time_ms(fn: Callable, warmup: int, iters: int, flush: Optional[torch.Tensor] = None) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-    if flush is None:
-        start, end = event(), event()
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / iters
-    pairs = []
-    for _ in range(iters):
-        flush.zero_()
-        start, end = event(), event()
-        start.record()
-        fn()
-        end.record()
-        pairs.append((start, end))
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in pairs)
-
-
-def rel_error(out: torch.Tensor, ref: Optional[torch.Tensor]) -> float:
-    if ref is None:
-        return float("nan")
-    return float((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300))
-
-
-def tflops(m: int, n: int, k: int, ms: Optional[float]) -> Optional[float]:
-    return 2 * m * n * k / (ms * 1e-3) / 1e12 if ms else None
-
-
-def geomean(xs) -> Optional[float]:
-    xs = [x for x in xs if x]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
-
-
-def device_gate() -> Optional[str]:
-    """Why this machine cannot run the benchmark (None: a ROCm gfx950 GPU is here)."""
-    if not torch.cuda.is_available():
-        return "torch.cuda.is_available() is False"
-    if torch.version.hip is None:
-        return f"torch {torch.__version__} is not a ROCm build"
-    arch = getattr(torch.cuda.get_device_properties(0), "gcnArchName", "") or "unknown arch"
-    return None if "gfx950" in arch else f"cuda:0 is {arch}"
-
-
-def table(rows: list, headers: list, floatfmt: str = ".4g") -> str:
-    try:
-        from tabulate import tabulate
-    except ImportError:
-        cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in r] for r in rows]
-        widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-        return "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in cells)
-    return tabulate(rows, headers=headers, floatfmt=floatfmt, missingval="-")
-
-
 def dry_run(formats, breadth: str) -> int:
     from torch_flydsl.templates.base import Decline
 
@@ -263,8 +211,8 @@ def bench_shape(fmt, m, n, k, args, flush, config_rows, dev: torch.device) -> di
         notes.append(f"{wrong} config(s) above the error limit")
     if best:
         row.update(flydsl_config=best["config"], flydsl_ms=best["ms"], flydsl_err=best["err"])
-    row["flydsl_tflops"] = tflops(m, n, k, row.get("flydsl_ms"))
-    row["aten_tflops"] = tflops(m, n, k, row.get("aten_ms"))
+    row["flydsl_tflops"] = tflops(2 * m * n * k, row.get("flydsl_ms"))
+    row["aten_tflops"] = tflops(2 * m * n * k, row.get("aten_ms"))
     if row.get("flydsl_ms") and row.get("aten_ms"):
         row["speedup"] = row["aten_ms"] / row["flydsl_ms"]
     row["note"] = "; ".join(notes)
@@ -275,21 +223,10 @@ COLUMNS = ["format", "M", "N", "K", "flydsl_config", "flydsl_ms", "flydsl_tflops
            "speedup", "flydsl_err", "aten_err", "note"]
 
 
-def write_csv(path: Path, rows: list, columns: list) -> None:
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-
-
 def plot(path: Path, rows: list, formats) -> bool:
-    if importlib.util.find_spec("matplotlib") is None:
+    plt = matplotlib_pyplot()
+    if plt is None:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(len(formats), 1, figsize=(14, 4.5 * len(formats)), squeeze=False)
     for ax, fmt in zip(axes[:, 0], formats):
         mine = [r for r in rows if r["format"] == fmt]

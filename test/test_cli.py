@@ -46,11 +46,13 @@ def test_doctor_says_who_serves_each_op_here_and_on_a_gfx950(doctor):
     v2 = "pytorch" if _parse_version(torch.__version__)[:2] < (2, 13) else (
         "in-tree" if install_status().usable else "plugin")
     assert rows["scaled_mm_v2"] == ["pytorch", v2]
-    assert set(rows) >= {"grouped_mm", "rms_norm", "topk"}
+    assert rows["grouped_mm"] == ["pytorch", "in-tree" if install_status().usable else "plugin"]
+    assert set(rows) >= {"rms_norm", "topk"}
 
 
 def test_doctor_lists_each_kernel_family_with_its_ops_version_and_curated_configs(doctor):
     from torch_flydsl.templates.dense_gemm.config import CURATED as DENSE, KERNEL_VERSION as DENSE_V
+    from torch_flydsl.templates.grouped_gemm.config import CURATED as GROUPED, KERNEL_VERSION as GROUPED_V
     from torch_flydsl.templates.scaled_gemm.config import CURATED as SCALED, KERNEL_VERSION as SCALED_V
 
     table = doctor.split("Kernel families:")[1].split("Who serves each op")[0]
@@ -58,6 +60,7 @@ def test_doctor_lists_each_kernel_family_with_its_ops_version_and_curated_config
     assert rows == [
         ["dense_gemm", "mm,", "addmm", DENSE_V, str(len(DENSE))],
         ["scaled_gemm", "scaled_mm,", "scaled_mm_v2", SCALED_V, str(len(SCALED))],
+        ["grouped_gemm", "grouped_mm", GROUPED_V, str(len(GROUPED))],
     ]
 
 
@@ -160,6 +163,65 @@ def test_explain_scaled_mm_parser_takes_mx_formats_and_fp8_only():
         parse(["explain", "scaled_mm", "1", "2", "128", "--dtype", "bf16"])
     with pytest.raises(SystemExit):
         parse(["explain", "mm", "1", "2", "128", "--dtype", "mxfp8"])
+
+
+def _grouped_served_by():
+    from torch_flydsl.runtime.intree import install_status
+
+    return "in-tree" if install_status().usable else "plugin"
+
+
+def test_explain_grouped_mm_json_offers_configs_for_an_moe_forward():
+    import json
+
+    j = json.loads(cli("explain", "grouped_mm", "1024", "4096", "2048", "--groups", "8", "--json"))
+    assert set(j) == {"op", "problem", "breadth", "served_by", "reason", "offered", "declined"}
+    expected = {"tokens": 1024, "n": 4096, "k": 2048, "groups": 8, "dtype": "bfloat16", "b_major": "col"}
+    assert j["op"] == "grouped_mm" and {key: j["problem"].get(key) for key in expected} == expected
+    assert j["problem"].get("group_rows", 0) == 0  # the MoE forward: groups split the rows by offs
+    if _grouped_served_by() == "plugin":
+        assert j["served_by"] == "plugin" and len(j["offered"]) >= 1 and j["declined"] == []
+        assert all(key.startswith("grp_") for key in j["offered"])
+    else:  # torch 2.15 with its flydsl gate passing: the in-tree backend takes grouped_mm
+        assert j["served_by"] == "in-tree" and j["declined"][0]["category"] == "coexistence"
+
+
+def test_explain_grouped_mm_declines_every_config_when_k_fits_no_block_k():
+    out = cli("explain", "grouped_mm", "512", "1536", "40", "--groups", "16", "--b-major", "row", "--dtype", "fp16",
+              "--breadth", "curated")
+    if _grouped_served_by() != "plugin":
+        return
+    assert out.startswith("grouped_mm M=512 N=1536 K=40 groups=16 dtype=fp16: A [M,K] row-major x B [G,K,N] "
+                          "row-major per expert, int32 offs, as if on gfx950 (search space: curated)")
+    assert "served by: pytorch (no FlyDSL config fits this problem)" in out and "offered: 0 config(s)" in out
+    assert "declined: 8 config(s)" in out and out.count("K=40 is not a multiple of block_k") == 8
+
+
+def test_explain_grouped_mm_offers_the_curated_configs_in_process():
+    from torch_flydsl.explain import explain_grouped_mm
+    from torch_flydsl.templates.grouped_gemm.config import CURATED
+
+    if _grouped_served_by() != "plugin":
+        pytest.skip("the in-tree backend serves grouped_mm here")
+    for b_major in ("col", "row"):
+        j = explain_grouped_mm(16384, 1536, 4096, 128, dtype="bf16", b_major=b_major, breadth="curated").to_json()
+        assert j["offered"] == [c.key() for c in CURATED] and j["problem"]["b_major"] == b_major
+    j = explain_grouped_mm(64, 4096, 2048, 0, breadth="curated").to_json()  # no experts: declined as a whole
+    assert j["served_by"] == "pytorch" and j["problem"] is None and j["declined"][0]["config"] is None
+    j = explain_grouped_mm(64, 4095, 2048, 8, b_major="row").to_json()  # N stride not 16-byte aligned
+    assert j["offered"] == [] and j["declined"][0]["category"] == "alignment"
+
+
+def test_explain_grouped_mm_parser():
+    from torch_flydsl.__main__ import build_parser
+
+    parse = build_parser().parse_args
+    args = parse(["explain", "grouped_mm", "1024", "4096", "2048", "--groups", "8"])
+    assert (args.m, args.n, args.k, args.groups, args.dtype, args.b_major) == (1024, 4096, 2048, 8, "bf16", "col")
+    assert parse(["explain", "grouped_mm", "1", "2", "64", "--groups", "2", "--b-major", "row"]).b_major == "row"
+    for bad in (["--groups", "8", "--dtype", "fp32"], ["--groups", "8", "--b-major", "t"], []):  # [] : --groups needed
+        with pytest.raises(SystemExit):
+            parse(["explain", "grouped_mm", "1", "2", "64", *bad])
 
 
 @pytest.mark.emulator

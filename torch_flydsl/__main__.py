@@ -18,12 +18,17 @@ def _cmd_doctor(args) -> int:
 
 
 def _explanation(args):
-    from .explain import explain_mm, explain_scaled_mm
+    from .explain import explain_grouped_mm, explain_mm, explain_scaled_mm
 
     if args.op == "mm":
         ex = explain_mm(args.m, args.n, args.k, dtype=args.dtype, layout=args.layout, bias=args.bias,
                         breadth=args.breadth)
         what = f"dtype={args.dtype} layout={args.layout}"
+    elif args.op == "grouped_mm":
+        ex = explain_grouped_mm(args.m, args.n, args.k, args.groups, dtype=args.dtype, b_major=args.b_major,
+                                breadth=args.breadth)
+        what = (f"groups={args.groups} dtype={args.dtype}: A [M,K] row-major x B [G,K,N] {args.b_major}-major per "
+                "expert, int32 offs")
     else:
         ex = explain_scaled_mm(args.m, args.n, args.k, dtype=args.dtype, out_dtype=args.out_dtype, bias=args.bias,
                                v2=args.v2, breadth=args.breadth)
@@ -84,7 +89,7 @@ def _add_explain(sub) -> None:
     from .templates.scaled_gemm.family import DTYPES as MX_DTYPES
 
     e = sub.add_parser("explain", help="which FlyDSL configs a GEMM would get on gfx950, and why not others")
-    ops = e.add_subparsers(dest="op", required=True, metavar="{mm,scaled_mm}")
+    ops = e.add_subparsers(dest="op", required=True, metavar="{mm,scaled_mm,grouped_mm}")
     mm = ops.add_parser("mm", help="torch.mm / addmm (--bias): bf16/fp16 GEMM")
     _problem_args(mm)
     mm.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
@@ -102,6 +107,15 @@ def _add_explain(sub) -> None:
     s.add_argument("--bias", action="store_true", help="a bias[N] of the output dtype")
     s.add_argument("--v2", action="store_true", help="F.scaled_mm / torch._scaled_mm_v2 instead of torch._scaled_mm")
     _common_explain_args(s)
+    g = ops.add_parser("grouped_mm", help="torch._grouped_mm MoE forward: A [M,K] row-major (M: the tokens of all "
+                                          "experts) x B [G,K,N], int32 offs [G] on the device, no bias")
+    _problem_args(g)
+    g.add_argument("--groups", type=int, required=True, help="G: experts (groups)")
+    g.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    g.add_argument("--b-major", default="col", choices=["col", "row"],
+                   help="each expert's [K,N] matrix: col = stored [G,N,K] (K contiguous, the usual weight layout), "
+                        "row = N contiguous")
+    _common_explain_args(g)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -114,3 +114,16 @@ def explain_scaled_mm(m, n, k, dtype: str = "mxfp8", out_dtype="bf16", bias: boo
     problem = impl.explain_problem("scaled_mm_v2" if v2 else "scaled_mm", m, n, k, dtype, out_dtype=out_dtype,
                                    bias=bias)
     return _explain("scaled_mm_v2" if v2 else "scaled_mm", impl, problem, breadth)
+
+
+def explain_grouped_mm(m, n, k, groups: int, dtype="bf16", b_major: str = "col",
+                       breadth: Optional[str] = None) -> Explanation:
+    """The same answer for ``torch._grouped_mm``'s MoE forward: A ``[m, k]`` row-major (``m``:
+    the tokens of all ``groups`` experts), B ``[groups, k, n]`` with each expert's matrix
+    ``b_major`` ("col": stored ``[groups, n, k]``, the usual weight layout; "row"), int32
+    ``offs [groups]`` on the device, no bias."""
+    if isinstance(dtype, str):
+        dtype = DTYPES[dtype.lower()]
+    impl = family_for("grouped_mm").impl()
+    problem = impl.explain_problem("grouped_mm", m, n, k, dtype, groups=groups, b_major=b_major.lower())
+    return _explain("grouped_mm", impl, problem, breadth)
