@@ -5,12 +5,7 @@ The goldens were recorded with flydsl 0.5.0 (what CI installs); other releases l
 differently, so the test is skipped there. Re-record with EXPECTTEST_ACCEPT=1.
 """
 
-import os
 import re
-import subprocess
-import sys
-from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +14,7 @@ from expecttest import assert_expected_inline
 from torch_flydsl.runtime.probe import flydsl_info
 from torch_flydsl.templates.dense_gemm import BASELINE
 
+from rendered_kit import dump_isa_to, family_counts, isa_code, resources, summary_in_subprocess
 from test_dense_gemm_compile import compile_one  # same directory: pytest puts it on sys.path
 
 pytestmark = [
@@ -38,38 +34,21 @@ FAMILIES = {
 
 
 def render(layout: str, dump_dir: str) -> str:
-    os.environ["FLYDSL_DUMP_IR"] = "1"
-    os.environ["FLYDSL_DUMP_DIR"] = dump_dir
+    dump_isa_to(dump_dir)
     ck = compile_one(BASELINE, layout, torch.bfloat16, bias=True)
-    (isa_file,) = Path(dump_dir).glob("*/*final_isa.s")
-    code = [ln.strip() for ln in isa_file.read_text().splitlines() if ln.startswith("\t") and not ln.strip().startswith(".")]
-    mnemonics = Counter()
-    for ln in code:
-        for name, pat in FAMILIES.items():
-            if re.match(pat, ln):
-                mnemonics[name] += 1
+    code = isa_code(dump_dir)
     mfma_kinds = sorted({m for ln in code for m in re.findall(r"v_mfma_\w+", ln)})
     lds_reads = sorted({m for ln in code for m in re.findall(r"ds_read\w*", ln)})
     (k,) = ck.kernels
-    lines = [
-        f"{k.name}: vgpr={k.vgpr} agpr={k.agpr} sgpr={k.sgpr} lds={k.lds_bytes} spills={k.spills} scratch={k.scratch_bytes}",
+    return "\n".join([
+        resources(k),
         f"mfma kinds: {', '.join(mfma_kinds)}; LDS read kinds: {', '.join(lds_reads)}",
-        *(f"{name}: {mnemonics[name]}" for name in FAMILIES),
-    ]
-    return "\n".join(lines)
-
-
-MARK = "=== rendered kernel summary ==="
+        *family_counts(code, FAMILIES),
+    ])
 
 
 def summary(layout, tmp_path):
-    # A fresh process: FlyDSL dumps the ISA only when it lowers, and a kernel another test
-    # compiled in this process would come from its in-memory cache.
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); " \
-           f"from test_dense_gemm_rendered import render, MARK; s = render({layout!r}, {str(tmp_path)!r}); print(MARK); print(s)"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout.split(MARK, 1)[1].strip()  # FlyDSL prints its dump paths before it
+    return summary_in_subprocess(__file__, "render", (layout,), tmp_path)
 
 
 def test_baseline_nt(tmp_path):

@@ -5,19 +5,13 @@ Goldens recorded with flydsl 0.5.0 (what CI installs); skipped on other releases
 EXPECTTEST_ACCEPT=1.
 """
 
-import os
-import re
-import subprocess
-import sys
-from collections import Counter
-from pathlib import Path
-
 import pytest
 from expecttest import assert_expected_inline
 
 from torch_flydsl.runtime.probe import flydsl_info
 from torch_flydsl.templates.grouped_gemm import GroupedGemmConfig
 
+from rendered_kit import dump_isa_to, family_counts, isa_code, resources, summary_in_subprocess
 from test_grouped_gemm_compile import compile_one  # same directory: pytest puts it on sys.path
 
 pytestmark = [
@@ -39,30 +33,14 @@ FAMILIES = {
 
 
 def render(key: str, b_major: str, dump_dir: str) -> str:
-    os.environ["FLYDSL_DUMP_IR"] = "1"
-    os.environ["FLYDSL_DUMP_DIR"] = dump_dir
+    dump_isa_to(dump_dir)
     ck = compile_one(GroupedGemmConfig.from_key(key), b_major)
-    (isa_file,) = Path(dump_dir).glob("*/*final_isa.s")
-    code = [ln.strip() for ln in isa_file.read_text().splitlines() if ln.startswith("\t") and not ln.strip().startswith(".")]
-    counts = Counter(name for ln in code for name, pat in FAMILIES.items() if re.match(pat, ln))
     (k,) = ck.kernels
-    return "\n".join([
-        f"{k.name}: vgpr={k.vgpr} agpr={k.agpr} sgpr={k.sgpr} lds={k.lds_bytes} spills={k.spills} scratch={k.scratch_bytes}",
-        *(f"{name}: {counts[name]}" for name in FAMILIES),
-    ])
-
-
-MARK = "=== rendered kernel summary ==="
+    return "\n".join([resources(k), *family_counts(isa_code(dump_dir), FAMILIES)])
 
 
 def summary(key, b_major, tmp_path):
-    # A fresh process: FlyDSL dumps the ISA only when it lowers (not from its in-memory cache).
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-            f"from test_grouped_gemm_rendered import render, MARK; s = render({key!r}, {b_major!r}, {str(tmp_path)!r}); "
-            "print(MARK); print(s)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout.split(MARK, 1)[1].strip()
+    return summary_in_subprocess(__file__, "render", (key, b_major), tmp_path)
 
 
 def test_moe_decode_tile_column_major_experts(tmp_path):

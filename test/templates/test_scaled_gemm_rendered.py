@@ -5,12 +5,8 @@ The goldens were recorded with flydsl 0.5.0 (what CI installs); other releases l
 differently, so the test is skipped there. Re-record with EXPECTTEST_ACCEPT=1.
 """
 
-import os
 import re
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +15,7 @@ from expecttest import assert_expected_inline
 from torch_flydsl.runtime.probe import flydsl_info
 from torch_flydsl.templates.scaled_gemm import ScaledGemmConfig
 
+from rendered_kit import dump_isa_to, family_counts, isa_code, resources, summary_in_subprocess
 from test_scaled_gemm_compile import compile_one  # same directory: pytest puts it on sys.path
 
 pytestmark = [
@@ -40,33 +37,20 @@ FAMILIES = {
 
 
 def render(key: str, formats: tuple, dump_dir: str) -> str:
-    os.environ["FLYDSL_DUMP_IR"] = "1"
-    os.environ["FLYDSL_DUMP_DIR"] = dump_dir
+    dump_isa_to(dump_dir)
     ck = compile_one(ScaledGemmConfig.from_key(key), formats, torch.bfloat16, bias=True)
-    (isa_file,) = Path(dump_dir).glob("*/*final_isa.s")
-    code = [ln.strip() for ln in isa_file.read_text().splitlines() if ln.startswith("\t") and not ln.strip().startswith(".")]
-    counts = Counter(name for ln in code for name, pat in FAMILIES.items() if re.match(pat, ln))
+    code = isa_code(dump_dir)
     mfma = Counter(re.sub(r"v\[?[\d:]+\]?", "v", ln) for ln in code if ln.startswith("v_mfma"))
     (k,) = ck.kernels
     return "\n".join([
-        f"{k.name}: vgpr={k.vgpr} agpr={k.agpr} sgpr={k.sgpr} lds={k.lds_bytes} spills={k.spills} scratch={k.scratch_bytes}",
+        resources(k),
         *(f"{n} x {form}" for form, n in sorted(mfma.items())),
-        *(f"{name}: {counts[name]}" for name in FAMILIES),
+        *family_counts(code, FAMILIES),
     ])
 
 
-MARK = "=== rendered kernel summary ==="
-
-
 def summary(key, formats, tmp_path):
-    # A fresh process: FlyDSL dumps the ISA only when it lowers, and a kernel another test
-    # compiled in this process would come from its in-memory cache.
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-            f"from test_scaled_gemm_rendered import render, MARK; s = render({key!r}, {formats!r}, {str(tmp_path)!r}); "
-            "print(MARK); print(s)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout.split(MARK, 1)[1].strip()  # FlyDSL prints its dump paths before it
+    return summary_in_subprocess(__file__, "render", (key, formats), tmp_path)
 
 
 def test_baseline_mxfp8(tmp_path):
