@@ -165,6 +165,7 @@ class ScaleOperand:
     row0: Any
     row_bound: Any
     ld: Any
+    base: Any = None  # dword offset of this operand's scales in ``buf`` (a grouped GEMM's group)
 
 
 class StageLoads:
@@ -188,7 +189,10 @@ class StageLoads:
             slot = i * threads + self.tid
             g_row = s.row0 + slot // steps
             g_row = (g_row < s.row_bound).select(g_row, 0)
-            src = fx.make_view(fx.get_iter(s.buf) + (g_row * s.ld + kt * steps + slot % steps), self.unit)
+            offset = g_row * s.ld + kt * steps + slot % steps
+            if const_expr(s.base is not None):
+                offset = offset + s.base
+            src = fx.make_view(fx.get_iter(s.buf) + offset, self.unit)
             dst = fx.make_view(lds + i * threads, self.unit)
             fx.copy_atom_call(self.dma32, src, dst)
 

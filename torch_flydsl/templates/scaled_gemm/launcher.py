@@ -44,7 +44,7 @@ def grid_block(cfg: ScaledGemmConfig, m: int, n: int) -> tuple[tuple[int, int, i
     return (tiles, 1, 1), (cfg.threads, 1, 1)
 
 
-def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def reinterpret_span(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The 1-D byte span of ``t`` reinterpreted as ``dtype`` (same storage)."""
     return flat_operand(t).view(torch.uint8).view(dtype)
 
@@ -86,10 +86,10 @@ def compile_args(
     byte_stride = lambda t, dim: t.stride(dim) * t.element_size()  # noqa: E731
     args = (
         flat_operand(out),
-        _as(a, torch.int16),
-        _as(b, torch.int16),
-        _as(scale_a, torch.int32),
-        _as(scale_b, torch.int32),
+        reinterpret_span(a, torch.int16),
+        reinterpret_span(b, torch.int16),
+        reinterpret_span(scale_a, torch.int32),
+        reinterpret_span(scale_b, torch.int32),
         bias_arg,
         int(problem.m),
         int(problem.n),

@@ -1,0 +1,74 @@
+"""Tile configurations of the MXFP8 grouped GEMM kernel: the scaled family's tiles, row-major
+block order within a group (which tile a workgroup computes comes from the offsets)."""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass
+from typing import Optional
+
+from ..base import Decline, split_by_fit
+from ..scaled_gemm.config import CURATED as SCALED_CURATED
+from ..scaled_gemm.config import ScaledGemmConfig
+from ..scaled_gemm.config import config_fits as scaled_fits
+from ..scaled_gemm.problem import ScaledGemmProblem
+from .problem import ScaledGroupedProblem
+
+KERNEL_VERSION = "scaled_grouped_gemm-1"
+KEY_PREFIX = "mxgrp_"
+
+
+@dataclass(frozen=True)
+class ScaledGroupedConfig(ScaledGemmConfig):
+    def key(self) -> str:
+        return KEY_PREFIX + ScaledGemmConfig(*astuple(self)).key()[len("mx_"):]
+
+    @classmethod
+    def from_key(cls, key: str) -> "ScaledGroupedConfig":
+        if not key.startswith(KEY_PREFIX):
+            raise ValueError(f"not an MXFP8 grouped GEMM config key: {key!r}")
+        return cls(*astuple(ScaledGemmConfig.from_key("mx_" + key[len(KEY_PREFIX):])))
+
+    def static_problems(self) -> list[str]:
+        p = super().static_problems()
+        if self.group_m:
+            p.append("group_m must be 0 (tiles are assigned from the group offsets at run time)")
+        return p
+
+
+CURATED = tuple(ScaledGroupedConfig(*astuple(c)) for c in SCALED_CURATED if c.group_m == 0)
+BASELINE = CURATED[0]
+# With autotuning off, one config per problem by the mean rows per group (MoE groups are small).
+_BASELINE_BY_ROWS = ((32, ScaledGroupedConfig(32, 64, 256, 1, 2, 3, 0)), (64, ScaledGroupedConfig(64, 64, 256, 2, 2, 3, 0)))
+
+
+def baseline_for(problem: ScaledGroupedProblem) -> ScaledGroupedConfig:
+    mean_rows = problem.tokens / max(problem.groups, 1)
+    for limit, cfg in _BASELINE_BY_ROWS:
+        if mean_rows <= limit and config_fits(cfg, problem) is None:
+            return cfg
+    return BASELINE
+
+
+def search_space(breadth: str = "curated") -> list[ScaledGroupedConfig]:
+    if breadth == "baseline":
+        return [BASELINE]
+    if breadth in ("curated", "exhaustive"):
+        return list(CURATED)
+    raise ValueError(f"unknown search-space breadth {breadth!r} (baseline, curated, exhaustive)")
+
+
+def config_fits(cfg: ScaledGroupedConfig, problem: ScaledGroupedProblem) -> Optional[Decline]:
+    """The scaled tile's checks for one group's GEMM (any group size: rows are masked)."""
+    static = cfg.static_problems()
+    if static:
+        return Decline("config", f"{cfg.key()}: " + "; ".join(static))
+    tile = ScaledGemmProblem(max(problem.tokens, 1), problem.n, problem.k, problem.a_format, problem.b_format,
+                             problem.out_dtype)
+    why = scaled_fits(ScaledGemmConfig(*astuple(cfg)), tile)
+    return None if why is None else Decline(why.category, why.reason.replace(ScaledGemmConfig(*astuple(cfg)).key(),
+                                                                            cfg.key()))
+
+
+def configs_for(problem: ScaledGroupedProblem, breadth: str):
+    candidates = [baseline_for(problem)] if breadth == "baseline" else search_space(breadth)
+    return split_by_fit(candidates, lambda cfg: config_fits(cfg, problem))
