@@ -136,13 +136,23 @@ def test_kill_switch_is_read_before_anything_of_the_package_is_imported(tmp_path
     assert r.stdout.split() == ["3.0", "False"] and r.stderr == ""
 
 
+def _family_modules():
+    from torch_flydsl.registry import FAMILY_MODULES
+
+    # Each family's descriptor, and its reference (which imports torch at module level, so the
+    # entry point runs while it is half-imported and reads every family's descriptor).
+    return [m for f in FAMILY_MODULES for m in (f, f.rsplit(".", 1)[0] + ".reference")]
+
+
 @pytest.mark.parametrize(
     "first",
-    ["torch_flydsl", "torch_flydsl.ops", "torch_flydsl.config", "torch_flydsl.templates.base", "torch_flydsl.explain"],
+    ["torch_flydsl", "torch_flydsl.ops", "torch_flydsl.config", "torch_flydsl.templates.base", "torch_flydsl.explain",
+     "torch_flydsl.eager", *_family_modules()],
 )
 def test_importing_our_modules_before_torch_still_enables_the_plugin(first):
     # Regression: `import torch_flydsl.ops` before torch ran the entry point while ops was
-    # half-initialised (a circular-import RuntimeWarning) and left the plugin disabled.
+    # half-initialised (a circular-import RuntimeWarning) and left the plugin disabled; so did
+    # a family package whose reference imported another family's half-imported reference.
     code = f"import {first}; import torch, torch_flydsl; print(torch_flydsl.is_enabled(), hasattr(torch.ops.torch_flydsl, 'dense_mm_out'))"
     r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], capture_output=True, text=True,
                        env={**os.environ}, timeout=300)

@@ -7,7 +7,7 @@ Activation normally happens through the ``torch.backends`` entry point at ``impo
 
 from ._version import __version__
 
-__all__ = ["__version__", "enable", "is_enabled", "explain_mm"]
+__all__ = ["__version__", "disabled", "enable", "is_enabled", "explain_mm"]
 
 
 def enable() -> bool:
@@ -28,3 +28,11 @@ def explain_mm(m: int, n: int, k: int, dtype="bf16", layout="nt", bias=False, br
     from .explain import explain_mm as _explain
 
     return _explain(m, n, k, dtype=dtype, layout=layout, bias=bias, breadth=breadth)
+
+
+def disabled():
+    """Context manager: within it (this thread), ops the plugin overrides eagerly run PyTorch's
+    own kernels (for A/B comparisons); restores on exit."""
+    from .eager import disabled as _disabled
+
+    return _disabled()

@@ -46,6 +46,9 @@ def enable() -> bool:
 
     _log.configure_from_env()
     ops.register()
+    from . import eager
+
+    eager.register()
     _import_hook.when_imported(INDUCTOR_TRIGGER, _install_inductor)
     _done = True
     return True

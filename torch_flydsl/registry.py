@@ -17,6 +17,7 @@ FAMILY_MODULES = (
     "torch_flydsl.templates.dense_gemm.family",
     "torch_flydsl.templates.scaled_gemm.family",
     "torch_flydsl.templates.grouped_gemm.family",
+    "torch_flydsl.templates.scaled_grouped_gemm.family",
 )
 
 
@@ -57,6 +58,15 @@ class ChoiceHook:
 
 
 @dataclass(frozen=True)
+class EagerOverride:
+    """An aten op (default overload) whose eager calls the family serves when eligible
+    (``torch_flydsl.eager``); PyTorch's kernel serves the rest."""
+
+    target: str  # aten op name, e.g. "_scaled_grouped_mm_v2"
+    serving: str  # the name coexistence, doctor and explain know it by
+
+
+@dataclass(frozen=True)
 class Family:
     """A kernel family as the glue sees it. ``module`` implements the family protocol:
 
@@ -77,6 +87,7 @@ class Family:
     custom_ops: tuple[CustomOp, ...]
     lowering_overrides: tuple[LoweringOverride, ...] = ()
     choice_hooks: tuple[ChoiceHook, ...] = ()
+    eager_overrides: tuple[EagerOverride, ...] = ()
 
     @property
     def aten_ops(self) -> tuple[str, ...]:
@@ -100,7 +111,7 @@ def families() -> tuple[Family, ...]:
 def family_for(aten_op: str) -> Optional[Family]:
     """The family serving ``aten_op`` (e.g. "mm", or an override's serving name), or None."""
     return next((f for f in families() if aten_op in f.aten_ops or any(
-        o.serving == aten_op for o in f.lowering_overrides)), None)
+        o.serving == aten_op for o in f.lowering_overrides + f.eager_overrides)), None)
 
 
 def override_for(serving: str) -> Optional[LoweringOverride]:

@@ -19,8 +19,9 @@ from .runtime import intree
 
 # Every op either backend may serve, in the order doctor lists them. MX scaled GEMM has two
 # entries: torch._scaled_mm (v1, which torch 2.15's in-tree backend leaves alone) and
-# torch._scaled_mm_v2 / F.scaled_mm (v2, which it serves).
-ALL_OPS = ("mm", "addmm", "scaled_mm", "scaled_mm_v2", "grouped_mm", "rms_norm", "topk")
+# torch._scaled_mm_v2 / F.scaled_mm (v2, which it serves). scaled_grouped_mm is MXFP8 grouped
+# GEMM (F.scaled_grouped_mm), served eagerly: no torch lowers it.
+ALL_OPS = ("mm", "addmm", "scaled_mm", "scaled_mm_v2", "grouped_mm", "scaled_grouped_mm", "rms_norm", "topk")
 
 PLUGIN, INTREE, PYTORCH = "plugin", "in-tree", "pytorch"
 
