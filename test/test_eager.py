@@ -65,7 +65,7 @@ def test_mx_grouped_gemm_runs_the_emulated_kernel_through_the_eager_op():
 def test_disabled_sends_the_call_to_pytorchs_kernel():
     # CPU PyTorch has no MXFP8 grouped GEMM: its answer is "not implemented", unchanged.
     r = run({"TORCH_FLYDSL_EXECUTOR": "reference-standin"}, disabled=True)
-    assert "Could not run 'aten::_scaled_grouped_mm_v2'" in r["error"] and "err" not in r
+    assert "Could not run 'aten::_scaled_grouped_mm_v2" in r["error"] and "err" not in r  # (2.15: its .out)
 
 
 def test_swizzled_scales_are_declined_with_a_reason_and_keep_pytorchs_path():
