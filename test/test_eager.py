@@ -11,6 +11,14 @@ import textwrap
 
 import pytest
 
+
+def _torch_minor():
+    import torch
+
+    from torch_flydsl.runtime.probe import _parse_version
+
+    return _parse_version(torch.__version__)[:2]
+
 SCRIPT = textwrap.dedent("""
     import json, logging, torch, torch.nn.functional as F
     import torch_flydsl
@@ -32,8 +40,9 @@ SCRIPT = textwrap.dedent("""
     mx = F.ScalingType.BlockWise1x32
     swizzle = getattr(F.SwizzleType, SWIZZLE)
     result = {"registered": sorted(map(list, eager._registered))}
-    def call():
+    def call_eager():
         return F.scaled_grouped_mm(a, b, sa, mx, sb, mx, swizzle_a=swizzle, swizzle_b=swizzle, offs=offs)
+    call = torch.compile(call_eager) if COMPILED else call_eager
     try:
         with (torch_flydsl.disabled() if DISABLED else __import__("contextlib").nullcontext()):
             out = call()
@@ -46,8 +55,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def run(env, swizzle="NO_SWIZZLE", disabled=False):
-    code = f"SWIZZLE = {swizzle!r}\nDISABLED = {disabled!r}\n" + SCRIPT
+def run(env, swizzle="NO_SWIZZLE", disabled=False, compiled=False):
+    code = f"SWIZZLE = {swizzle!r}\nDISABLED = {disabled!r}\nCOMPILED = {compiled!r}\n" + SCRIPT
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                        env={**os.environ, "TORCH_FLYDSL_LOG": "debug", **env})
     assert r.returncode == 0, r.stderr[-3000:]
@@ -60,6 +69,15 @@ def test_mx_grouped_gemm_runs_the_emulated_kernel_through_the_eager_op():
     assert r["registered"] == [["_scaled_grouped_mm_v2", "CPU"]]
     assert r["err"] < 1e-2
     assert "aten._scaled_grouped_mm_v2: FlyDSL mxgrp_m32n64k256_w1x2_s3_g0" in r["notes"]
+
+
+@pytest.mark.emulator
+@pytest.mark.skipif(_torch_minor() < (2, 14), reason="torch < 2.14 has no meta kernel for _scaled_grouped_mm_v2: "
+                                                   "F.scaled_grouped_mm cannot be compiled there")
+def test_compiled_graphs_reach_the_kernel_through_inductors_eager_fallback(tmp_path):
+    # Every torch sends MXFP8 grouped GEMM nodes to the eager op (E8M0 scales), which we serve.
+    r = run({"TORCH_FLYDSL_EXECUTOR": "emulator", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}, compiled=True)
+    assert r["err"] < 1e-2 and "aten._scaled_grouped_mm_v2: FlyDSL mxgrp_m32n64k256_w1x2_s3_g0" in r["notes"]
 
 
 def test_disabled_sends_the_call_to_pytorchs_kernel():
