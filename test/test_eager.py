@@ -99,3 +99,23 @@ def test_without_a_gfx950_or_a_cpu_executor_nothing_is_registered():
     code = "import torch, torch_flydsl.eager as e; print(len(e._registered))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr[-2000:]
+
+
+def test_a_failure_of_ours_before_the_kernel_keeps_pytorchs_path(monkeypatch, caplog):
+    import logging
+
+    import torch
+
+    from torch_flydsl import eager
+    from torch_flydsl.registry import EagerOverride
+
+    def broken(target, args, kwargs):
+        raise KeyError("planted bug")
+
+    impl = type("Impl", (), {"eager_call": staticmethod(broken)})
+    family = type("FamilyStandIn", (), {"impl": staticmethod(lambda: impl)})
+    monkeypatch.setattr(eager, "_said", set())
+    with caplog.at_level(logging.WARNING, logger="torch_flydsl"):
+        taken = eager._take(family, EagerOverride("_scaled_grouped_mm_v2", "x"), (torch.zeros(1),), {})
+    assert taken is None  # None: the router calls PyTorch's kernel
+    assert "PyTorch's kernel runs: KeyError" in caplog.text and "planted bug" in caplog.text

@@ -113,7 +113,12 @@ def _take(family, override, args: tuple, kwargs: dict) -> Optional[Any]:
     from .templates.base import Decline
 
     impl = family.impl()
-    taken = impl.eager_call(override.target, args, kwargs)
+    try:
+        taken = impl.eager_call(override.target, args, kwargs)
+    except Exception as e:  # a bug of ours must never fail the user's call: PyTorch's kernel runs
+        _say(logging.WARNING, (override.target, type(e).__name__), "aten.%s: PyTorch's kernel runs: %s: %s",
+             override.target, type(e).__name__, e)
+        return None
     if isinstance(taken, Decline):
         _say(logging.DEBUG, (override.target, str(taken)), "aten.%s: PyTorch's kernel: %s", override.target, taken)
         return None
