@@ -122,3 +122,15 @@ def split_by_fit(configs, fits) -> tuple[list, list]:
         else:
             declined.append((cfg, why))
     return fitting, declined
+
+
+def pick_by_size(size: float, table, fits, default):
+    """The first config that fits among those of the first ``(limit, configs)`` row of
+    ``table`` with ``size <= limit``, else ``default``: the one config a family offers with
+    autotuning off. ``fits(config)`` is True when the config can take the problem."""
+    for limit, configs in table:
+        if size <= limit:
+            for cfg in configs:
+                if fits(cfg):
+                    return cfg
+    return default

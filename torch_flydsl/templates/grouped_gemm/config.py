@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 from typing import Optional
 
-from ..base import Decline, split_by_fit
+from ..base import Decline, pick_by_size, split_by_fit
 from ..dense_gemm.config import SUPPORTED_DTYPES, DenseGemmConfig
 from .problem import GroupedGemmProblem
 
@@ -55,15 +55,16 @@ CURATED = (
 )
 
 # With autotuning off, one config per problem, by the mean rows per group.
-_BASELINE_BY_ROWS = ((32, GroupedGemmConfig(32, 128, 64, 1, 4, 3, 0)), (64, GroupedGemmConfig(64, 128, 64, 2, 2, 3, 0)))
+_BASELINE_BY_ROWS = (
+    (32, (GroupedGemmConfig(32, 128, 64, 1, 4, 3, 0),)),
+    (64, (GroupedGemmConfig(64, 128, 64, 2, 2, 3, 0),)),
+)
 
 
 def baseline_for(problem: GroupedGemmProblem) -> GroupedGemmConfig:
+    """The one config the ``baseline`` breadth offers: by the mean rows per group."""
     mean_rows = problem.tokens / max(problem.groups, 1)
-    for limit, cfg in _BASELINE_BY_ROWS:
-        if mean_rows <= limit and config_fits(cfg, problem) is None:
-            return cfg
-    return BASELINE
+    return pick_by_size(mean_rows, _BASELINE_BY_ROWS, lambda cfg: config_fits(cfg, problem) is None, BASELINE)
 
 
 def search_space(breadth: str = "curated") -> list[GroupedGemmConfig]:

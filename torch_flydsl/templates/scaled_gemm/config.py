@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from ..base import Decline, split_by_fit
+from ..base import Decline, pick_by_size, split_by_fit
 from ..dense_gemm.config import (
     DMA_BYTES,
     DenseGemmConfig,
@@ -270,12 +270,7 @@ _BASELINE_BY_M = (
 
 def baseline_for(problem: ScaledGemmProblem) -> ScaledGemmConfig:
     """The one config the ``baseline`` breadth offers for ``problem`` (all of them curated)."""
-    for limit, candidates in _BASELINE_BY_M:
-        if problem.m <= limit:
-            for cfg in candidates:
-                if config_fits(cfg, problem) is None:
-                    return cfg
-    return BASELINE
+    return pick_by_size(problem.m, _BASELINE_BY_M, lambda cfg: config_fits(cfg, problem) is None, BASELINE)
 
 
 def configs_for(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 from typing import Optional
 
-from ..base import Decline, split_by_fit
+from ..base import Decline, pick_by_size, split_by_fit
 from ..scaled_gemm.config import CURATED as SCALED_CURATED
 from ..scaled_gemm.config import ScaledGemmConfig
 from ..scaled_gemm.config import config_fits as scaled_fits
@@ -38,15 +38,16 @@ class ScaledGroupedConfig(ScaledGemmConfig):
 CURATED = tuple(ScaledGroupedConfig(*astuple(c)) for c in SCALED_CURATED if c.group_m == 0)
 BASELINE = CURATED[0]
 # With autotuning off, one config per problem by the mean rows per group (MoE groups are small).
-_BASELINE_BY_ROWS = ((32, ScaledGroupedConfig(32, 64, 256, 1, 2, 3, 0)), (64, ScaledGroupedConfig(64, 64, 256, 2, 2, 3, 0)))
+_BASELINE_BY_ROWS = (
+    (32, (ScaledGroupedConfig(32, 64, 256, 1, 2, 3, 0),)),
+    (64, (ScaledGroupedConfig(64, 64, 256, 2, 2, 3, 0),)),
+)
 
 
 def baseline_for(problem: ScaledGroupedProblem) -> ScaledGroupedConfig:
+    """The one config the ``baseline`` breadth offers: by the mean rows per group."""
     mean_rows = problem.tokens / max(problem.groups, 1)
-    for limit, cfg in _BASELINE_BY_ROWS:
-        if mean_rows <= limit and config_fits(cfg, problem) is None:
-            return cfg
-    return BASELINE
+    return pick_by_size(mean_rows, _BASELINE_BY_ROWS, lambda cfg: config_fits(cfg, problem) is None, BASELINE)
 
 
 def search_space(breadth: str = "curated") -> list[ScaledGroupedConfig]:
