@@ -179,3 +179,56 @@ def test_batched_3d_x_3d(b_major, workgroups):
         outputs=[out_base],
         tolerance=BaselineTolerance(lambda: on_storage(torch.bmm(a, b).double(), out, out_base), ATEN_FACTOR, ERROR_FLOOR))
     assert rep.ok, rep
+
+
+def emulate_along_k(cfg, sizes, m, n, spare=0, workgroups=None, seed=0, dtype=torch.bfloat16):
+    """2-D x 2-D (groups along K, the expert weight gradient): A [M, T] M-contiguous, B [T, N]
+    row-major, out [G, M, N]; ``spare`` more K rows belong to no group."""
+    t, groups = sum(sizes) + spare, len(sizes)
+    a, a_base = stored(m, t, "col", dtype)
+    b, b_base = stored(t, n, "row", dtype)
+    out_base = torch.empty(groups * m * n, dtype=dtype)
+    out = out_base.view(groups, m, n)
+    offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32)
+    problem = check_problem(*(TensorMeta.of(x) for x in (a, b, offs, out)))
+    assert isinstance(problem, GroupedGemmProblem) and problem.along_k, problem
+    assert config_fits(cfg, problem) is None, config_fits(cfg, problem)
+    jit_fn, args = compile_args(cfg, a, b, offs, out, problem=problem, workgroups=workgroups)
+    bounds = group_bounds(offs, t)
+    aten = lambda: torch.stack([(a[:, s:e] @ b[s:e]).double() for s, e in bounds]).reshape(-1)  # noqa: E731
+    return run_and_compare(jit_fn, args, lambda: reference(a, b, offs).reshape(-1), inputs=[a_base, b_base],
+                           outputs=[out_base], seed=seed,
+                           tolerance=BaselineTolerance(aten, ATEN_FACTOR, ERROR_FLOOR))
+
+
+@pytest.mark.parametrize("sizes, spare, workgroups", [
+    ([5, 40, 33], 0, None),          # K tails of every size inside 32-wide K tiles
+    ([0, 70, 0, 1], 3, 2),           # empty groups (zero output), a 1-row K group, spare K rows
+    ([33], 0, 1),                    # one group, K not a multiple of block_k
+])
+def test_groups_along_k_mask_each_groups_k_tail(sizes, spare, workgroups):
+    rep = emulate_along_k(GroupedGemmConfig(32, 32, 32, 1, 2, 2, 0), sizes, m=40, n=48, spare=spare,
+                          workgroups=workgroups, seed=len(sizes))
+    assert rep.ok, rep
+
+
+@pytest.mark.parametrize("poison", ["a", "b"])
+def test_along_k_a_groups_k_tail_never_reads_the_next_groups_rows(poison):
+    # Inf in the next group's K rows of one operand: a tail that read them (even times zero
+    # from the other operand) would turn this group's outputs into NaN.
+    from torch_flydsl.templates.grouped_gemm import run_emulated
+
+    g = torch.Generator().manual_seed(5)
+    m, n, sizes = 32, 32, [20, 25]
+    a = torch.randn(sum(sizes), m, generator=g).to(torch.bfloat16).t()  # [M, T], M-contiguous
+    b = torch.randn(sum(sizes), n, generator=g).to(torch.bfloat16)
+    if poison == "a":
+        a[:, 20:32] = float("inf")
+    else:
+        b[20:32] = float("inf")
+    offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32)
+    out = torch.empty(2, m, n, dtype=torch.bfloat16)
+    assert run_emulated(GroupedGemmConfig(32, 32, 32, 1, 2, 2, 0), a, b, offs, out).ok
+    ref = reference(a, b, offs)
+    assert torch.isfinite(ref[0]).all() and torch.isfinite(out[0].double()).all()
+    assert ((out[0].double() - ref[0]).abs().max() / ref[0].abs().max()) < 2**-7

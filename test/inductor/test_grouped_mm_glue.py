@@ -59,12 +59,18 @@ def test_batched_3d_x_3d_calls_the_plugin_op_without_offs(cache):
     assert r["max_rel_err"] < 1e-2
 
 
-def test_weight_gradient_form_keeps_pytorchs_path_with_a_reason(cache):
-    r = compile_in_subprocess(cache, INFO, op="grouped_mm", grouped_form="2d2d", force_win=True, shape=[32, 64, 0],
+def test_weight_gradient_form_groups_along_k_calls_the_plugin_op(cache):
+    r = compile_in_subprocess(cache, STANDIN, op="grouped_mm", grouped_form="2d2d", force_win=True, shape=[32, 64, 0],
                               sizes=[10, 0, 38])
-    assert not any("torch_flydsl" in c for c in r["calls"])
-    assert any("2-D x 2-D grouped GEMM is not supported yet" in n for n in r["flydsl_notes"]), r["flydsl_notes"]
+    assert len(r["calls"]) == 1 and "torch_flydsl.grouped_mm_out" in r["calls"][0], r["calls"]
     assert r["max_rel_err"] < 1e-2
+
+
+@pytest.mark.emulator
+def test_weight_gradient_form_through_the_emulated_kernel(cache):
+    r = compile_in_subprocess(cache, {"TORCH_FLYDSL_EXECUTOR": "emulator"}, op="grouped_mm", grouped_form="2d2d",
+                              force_win=True, shape=[32, 64, 0], sizes=[10, 0, 38])
+    assert "torch_flydsl.grouped_mm_out" in r["calls"][0] and r["flydsl_log"] == [] and r["max_rel_err"] < 1e-2
 
 
 def test_warm_fx_graph_cache_in_a_fresh_process_calls_the_grouped_op(cache):

@@ -62,3 +62,19 @@ def test_curated_config_compiles_clean(cfg, b_major, dtype):
 @pytest.mark.parametrize("cfg", search_space("curated"), ids=lambda c: c.key())
 def test_every_curated_config_major_and_dtype(cfg, b_major, dtype):
     assert_clean(compile_one(cfg, b_major, dtype), cfg)
+
+
+@pytest.mark.parametrize("cfg", [BASELINE, *[c for c in search_space("curated") if c.block_m <= 32]],
+                         ids=lambda c: c.key())
+def test_weight_gradient_form_compiles_clean(cfg):
+    # 2-D x 2-D with groups along K: A [M, T] M-contiguous, B [T, N] row-major, out [G, M, N].
+    from torch_flydsl.runtime.compile import compile_gfx950
+
+    m, n, t, g = 256, 200, 1000, 8
+    a = torch.empty(t, m + 8, dtype=torch.bfloat16)[:, :m].t()
+    b = torch.empty(t, n + 8, dtype=torch.bfloat16)[:, :n]
+    out = torch.empty(g, m, n, dtype=torch.bfloat16)
+    jit_fn, args = compile_args(cfg, a, b, torch.zeros(g, dtype=torch.int32), out)
+    ck = compile_gfx950(jit_fn, *args)
+    assert_clean(ck, cfg)
+    assert ck.kernels[0].name == f"flydsl_grouped_gemm_ksplit_bf16_nn_{cfg.key()}"

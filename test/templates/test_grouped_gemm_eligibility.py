@@ -29,6 +29,15 @@ def test_batched_3d_x_3d_is_the_ragged_problem_with_fixed_groups():
     assert p == GroupedGemmProblem(8 * 64, 4096, 2048, 8, BF16, "col", group_rows=64) and p.batched
 
 
+def test_weight_gradient_form_splits_k_by_offs():
+    a = TensorMeta((256, 1000), (1, 256), BF16)  # X^T of a row-major [T=1000, 256] X
+    b = C((1000, 512), BF16)
+    p = check_problem(a, b, C((8,), I32), C((8, 256, 512), BF16))
+    assert p == GroupedGemmProblem(256, 512, 1000, 8, BF16, "row", along_k=True)
+    fitting, _ = configs_for(p, "curated")
+    assert len(fitting) == len(CURATED)  # K=1000 fits every block_k: each group's K tail is masked
+
+
 def test_zero_tokens_is_a_problem_not_a_decline():
     assert isinstance(check_problem(*metas(t=0)), GroupedGemmProblem)
 
@@ -37,7 +46,7 @@ def test_zero_tokens_is_a_problem_not_a_decline():
     (lambda a, b, o, out: (C((8, 64, 2048), BF16), b, o, C((8, 64, 4096), BF16)), "shape", "takes no offs"),
     (lambda a, b, o, out: (TensorMeta((8, 64, 2048), (2048 * 80, 2048, 1), BF16), b, None, C((8, 64, 4096), BF16)),
      "layout", "not stacked"),
-    (lambda a, b, o, out: (a, C((2048, 4096), BF16), o, out), "shape", "2-D x 2-D"),
+    (lambda a, b, o, out: (a, C((2048, 4096), BF16), o, C((8, 1024, 4096), BF16)), "layout", "contiguous along M"),
     (lambda a, b, o, out: (a, b, None, out), "shape", "needs offs"),
     (lambda a, b, o, out: (a, b, C((8,), torch.int64), out), "shape", "int32"),
     (lambda a, b, o, out: (TensorMeta((1024, 2048), (1, 1024), BF16), b, o, out), "layout", "row-major [T, K]"),

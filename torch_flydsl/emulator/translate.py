@@ -327,6 +327,17 @@ def _scf_while(n: Node, T: Translator):
                     e[a] = v
                 out = brun(W)  # (cond, *forwarded)
                 cond, fwd = out[0], list(out[1:])
+                if np.asarray(cond).shape[0] == 1 and final is None:
+                    # A wave-uniform condition (a scalar loop on the hardware): every lane
+                    # leaves together, and uniform carried values stay uniform.
+                    if not bool(np.asarray(cond)[0]):
+                        final = fwd
+                        break
+                    W.mask = active
+                    for a, v in zip(aargs, fwd):
+                        e[a] = v
+                    carried = list(arun(W))
+                    continue
                 cond = np.broadcast_to(cond, active.shape)
                 leaving = active & ~cond
                 final = fwd if final is None else [merge(leaving, x, y) for x, y in zip(fwd, final)]

@@ -246,6 +246,10 @@ class Operand:
     row_bound: Any
     ld: Any
     base: Any = None  # element offset of this operand's matrix in ``buf`` (a grouped GEMM's group)
+    # K masking (M/N-contiguous operands only): K indices at or past ``k_bound`` read zeros, by
+    # pointing their DMA at element ``k_oob``, past the buffer's num_records (range-checked).
+    k_bound: Any = None
+    k_oob: Any = None
 
 
 class TileLoads:
@@ -289,6 +293,8 @@ class TileLoads:
                 offset = (k0 + c) * op.ld + g_row
             if const_expr(op.base is not None):
                 offset = offset + op.base
+            if const_expr(op.k_bound is not None):
+                offset = (k0 + c < op.k_bound).select(offset, op.k_oob)
             src = fx.make_view(fx.get_iter(op.buf) + offset, self.unit)
             dst = fx.make_view(lds_ptr + i * THREADS * VEC, self.unit)
             fx.copy_atom_call(self.dma, src, dst)

@@ -17,7 +17,7 @@ from ..dense_gemm.config import SUPPORTED_DTYPES, DenseGemmConfig
 from .problem import GroupedGemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
-KERNEL_VERSION = "grouped_gemm-3"
+KERNEL_VERSION = "grouped_gemm-4"
 KEY_PREFIX = "grp_"
 
 
@@ -63,7 +63,7 @@ _BASELINE_BY_ROWS = (
 
 def baseline_for(problem: GroupedGemmProblem) -> GroupedGemmConfig:
     """The one config the ``baseline`` breadth offers: by the mean rows per group."""
-    mean_rows = problem.tokens / max(problem.groups, 1)
+    mean_rows = problem.tokens if problem.along_k else problem.tokens / max(problem.groups, 1)
     return pick_by_size(mean_rows, _BASELINE_BY_ROWS, lambda cfg: config_fits(cfg, problem) is None, BASELINE)
 
 
@@ -81,13 +81,14 @@ def search_space(breadth: str = "curated") -> list[GroupedGemmConfig]:
 
 def config_fits(cfg: GroupedGemmConfig, problem: GroupedGemmProblem) -> Optional[Decline]:
     """Can ``cfg`` compute ``problem`` exactly? Any group sizes (tails masked per group), any
-    N; K must be a multiple of block_k (no K tail, as in the dense kernel)."""
+    N; K must be a multiple of block_k (no K tail, as in the dense kernel) unless the groups
+    split K (then every group's K tail is masked)."""
     static = cfg.static_problems()
     if static:
         return Decline("config", f"{cfg.key()}: " + "; ".join(static))
     if problem.dtype not in SUPPORTED_DTYPES:
         return Decline("dtype", f"grouped GEMM supports bf16 and fp16, got {problem.dtype}")
-    if problem.k % cfg.block_k:
+    if problem.k % cfg.block_k and not problem.along_k:  # along K, each group's K tail is masked
         return Decline("shape", f"{cfg.key()}: K={problem.k} is not a multiple of block_k={cfg.block_k} "
                                 "(the kernel has no K tail)")
     return None

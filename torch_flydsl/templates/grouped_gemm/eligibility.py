@@ -40,9 +40,11 @@ def check_problem(
     forms = f"{len(a.shape)}-D x {len(b.shape)}-D"
     if (len(a.shape), len(b.shape)) == (3, 3):
         return _check_batched(a, b, offs, out, bias, out_dtype)
+    if (len(a.shape), len(b.shape)) == (2, 2):
+        return _check_along_k(a, b, offs, out, bias, out_dtype)
     if (len(a.shape), len(b.shape)) != (2, 3):
-        return Decline("shape", f"{forms} grouped GEMM is not supported yet (2-D A x 3-D B with offs, the MoE "
-                                "forward, and 3-D x 3-D are)")
+        return Decline("shape", f"{forms} grouped GEMM is not supported (2-D x 3-D with offs, 2-D x 2-D with offs "
+                                "and 3-D x 3-D are)")
     if offs is None:
         return Decline("shape", "2-D x 3-D grouped GEMM needs offs")
     if bias is not None:
@@ -113,3 +115,45 @@ def _check_batched(a, b, offs, out, bias, out_dtype) -> Union[GroupedGemmProblem
     if isinstance(problem, Decline):
         return problem
     return GroupedGemmProblem(problem.tokens, n, k, g, problem.dtype, problem.b_major, group_rows=m)
+
+
+def _check_along_k(a, b, offs, out, bias, out_dtype) -> Union[GroupedGemmProblem, Decline]:
+    """2-D A [M, T] x 2-D B [T, N] with offs over T -> [G, M, N] (the expert weight gradient).
+    K (T) is split at run time, so the K tail of each group is masked: the kernel can do that
+    only for operands contiguous along M (A) and N (B), the layout autograd hands it."""
+    if offs is None:
+        return Decline("shape", "2-D x 2-D grouped GEMM needs offs")
+    if bias is not None:
+        return Decline("shape", "a bias is not supported")
+    (m, t), (t2, n) = a.shape, b.shape
+    g = offs.shape[0] if len(offs.shape) == 1 else -1
+    if t != t2 or len(out.shape) != 3 or tuple(out.shape) != (g, m, n):
+        return Decline("shape", f"inconsistent shapes A{list(a.shape)} B{list(b.shape)} out{list(out.shape)}")
+    if offs.dtype != torch.int32:
+        return Decline("shape", f"offs must be int32 [G], got {dtype_name(offs.dtype)}")
+    if min(g, m, n) <= 0:
+        return Decline("shape", f"empty problem G={g} M={m} N={n}")
+    if max(t, n, m, g) > INT32_MAX:
+        return Decline("shape", "a dimension exceeds int32")
+    if a.dtype not in DTYPES or b.dtype != a.dtype or out.dtype != a.dtype:
+        return Decline("dtype", f"dtypes A={dtype_name(a.dtype)} B={dtype_name(b.dtype)} out={dtype_name(out.dtype)}: "
+                                "bfloat16 or float16 throughout")
+    if out_dtype is not None and out_dtype != a.dtype:
+        return Decline("dtype", f"out_dtype={dtype_name(out_dtype)} differs from the input dtype; not supported")
+    if a.stride[0] != 1 and m > 1 or (t > 1 and a.stride[1] < m):
+        return Decline("layout", f"A strides {a.stride}: with groups along K, A [M, T] must be contiguous along M "
+                                 "(the kernel masks each group's K tail per K row)")
+    if b.stride[1] != 1 and n > 1 or (t > 1 and b.stride[0] < n):
+        return Decline("layout", f"B strides {b.stride}: with groups along K, B [T, N] must be row-major")
+    if out.stride[2] != 1 or out.stride[1] < n or (g > 1 and out.stride[0] != m * out.stride[1]):
+        return Decline("layout", f"output strides {out.stride}: [G, M, N] row-major with stacked groups")
+    for name, tm, lead in (("A", a, a.stride[1] if t > 1 else None), ("B", b, b.stride[0] if t > 1 else None),
+                           ("output", out, out.stride[1])):
+        d = check_aligned(name, tm, lead) or check_span(name, tm)
+        if d:
+            return d
+    for name, tm, size, what in (("A", a, m, "M"), ("B", b, n, "N")):
+        if tm.byte_span() % 4:
+            return Decline("shape", f"{name} is contiguous along {what} and {what}={size} is odd: its last element ends "
+                                    "mid-dword, which the kernel's range-checked 16-byte loads cannot read exactly")
+    return GroupedGemmProblem(m, n, t, g, a.dtype, "row", along_k=True)

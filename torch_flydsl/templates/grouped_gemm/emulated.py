@@ -16,6 +16,9 @@ def run_emulated(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs:
     from .launcher import checked_problem, compile_args
 
     problem = problem or checked_problem(a, b, offs, out)
+    if problem.along_k and problem.k == 0:
+        out.zero_()  # no K rows at all: every group's product is zero (as on the device)
+        return None
     if problem.tokens == 0:
         return None
     jit_fn, args = compile_args(cfg, a, b, offs, out, problem=problem, workgroups=workgroups)

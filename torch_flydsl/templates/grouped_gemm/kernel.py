@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 import torch
-from flydsl.expr import const_expr, gpu
+from flydsl.expr import const_expr, gpu, rocdl
 
 from ..dense_gemm import kernel as dense
 from .config import GroupedGemmConfig
@@ -44,16 +44,18 @@ class KernelSpec:
     dtype: torch.dtype
     b_major: str  # each group's [K, N]: "row" (N contiguous) or "col" (K contiguous)
     batched: bool = False  # 3-D A: group g is rows [g * group_rows, (g + 1) * group_rows) (no offs)
+    along_k: bool = False  # 2-D x 2-D: groups split K by offs; A M-contiguous, B N-contiguous
 
     @property
     def dense(self) -> dense.KernelSpec:
-        """The dense kernel's spec for one tile: row-major A, this B, no bias."""
-        return dense.KernelSpec(self.cfg, self.dtype, "row", self.b_major, False)
+        """The dense kernel's spec for one tile: row-major A (M-contiguous along K groups), this
+        B, no bias."""
+        return dense.KernelSpec(self.cfg, self.dtype, "col" if self.along_k else "row", self.b_major, False)
 
     @property
     def name(self) -> str:
         d = {torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
-        form = "batched" if self.batched else "ragged"
+        form = "batched" if self.batched else ("ksplit" if self.along_k else "ragged")
         return f"flydsl_grouped_gemm_{form}_{d}_n{'t' if self.b_major == 'col' else 'n'}_{self.cfg.key()}"
 
 
@@ -72,7 +74,9 @@ def group_end(offs_buf, g, prev, groups, tokens, group_rows):
     if offs_buf is None:
         e = (g + 1) * group_rows
     else:
-        e = offs_buf[(g < groups).select(g, groups - 1)]
+        # Every lane loads the same offset: say so (a scalar register), so that loop bounds and
+        # branches built from it are wave-uniform (a K loop with a barrier needs that).
+        e = fx.Int32(rocdl.readfirstlane(fx.Int32.ir_type, offs_buf[(g < groups).select(g, groups - 1)]))
     e = (e < tokens).select(e, tokens)
     return (e < prev).select(prev, e)
 
@@ -94,8 +98,117 @@ def advance(offs_buf, t, g, seen, start, end, tiles, groups, tokens, group_rows,
     return g, seen, start, end, tiles
 
 
+@dense._dsl_control_flow
+def advance_k(offs_buf, t, g, k_start, k_end, groups, k_total, per_group: int):
+    """Along K: walk from group ``g`` (K rows ``k_start .. k_end``) to the group of tile ``t``
+    (every group has ``per_group`` output tiles); ends clamped as the reference clamps them."""
+    while t >= (g + 1) * per_group:
+        g = g + 1
+        k_start = k_end
+        k_end = group_end(offs_buf, g, k_start, groups, k_total, 0)
+    return g, k_start, k_end
+
+
 @functools.lru_cache(maxsize=None)
 def build(spec: KernelSpec):
+    if spec.along_k:
+        return _build_along_k(spec)
+    return _build_rows(spec)
+
+
+def _build_along_k(spec: KernelSpec):
+    """The launcher of the 2-D x 2-D form: ``out[g] = A[:, K rows of g] @ B[K rows of g]``.
+
+    Signature as ``_build_rows``'s, with ``tokens`` = M (output rows per group), ``k`` = T (all
+    groups' K), ``lda`` = A's K stride (A is [M, T], M-contiguous), ``ldb`` = B's row stride
+    (B is [T, N] row-major), ``ldc`` = the output's row stride ([G, M, N], groups stacked).
+    Output tile (g, m, n) is number ``g * tiles_per_group + m * n_tiles + n``; each group's K
+    loop runs ``ceil(K rows / block_k)`` tiles from its first K row, the tail's K rows reading
+    zeros from both operands (``Operand.k_bound``). An empty group's output is zero.
+    """
+    cfg = spec.cfg
+    d = spec.dense
+    BM, BN, BK = cfg.block_m, cfg.block_n, cfg.block_k
+    THREADS = cfg.threads
+
+    def one_tile(tid, smem, op_bufs, spans, g, k_start, k_end, local, n_tiles, m, n, lda, ldb, ldc):
+        smem_a, smem_b, smem_c = smem
+        a_buf, b_buf, out_buf = op_bufs
+        elem = d.elem_type()
+        m0 = local // n_tiles * BM
+        n0 = local % n_tiles * BN
+        k_len = k_end - k_start
+        a_layout = dense.lds_layout(BM, BK, d.a_k_contig)
+        b_layout = dense.lds_layout(BN, BK, d.b_k_contig)
+        op_a = dense.Operand(a_buf, smem_a, a_layout, BM, False, d.a_iters, m0, m, lda, k_start * lda, k_len, spans[0])
+        op_b = dense.Operand(b_buf, smem_b, b_layout, BN, False, d.b_iters, n0, n, ldb, k_start * ldb, k_len, spans[1])
+        loads = dense.TileLoads(d, tid, op_a, op_b)
+        mma = dense.Mma(d, tid, elem, op_a, op_b, out_buf)
+        # No K row (an empty group): the prologue's first DMA reads zeros only and no tile is
+        # computed, so the accumulators stay zero.
+        dense.main_loop(d, loads, mma, (k_len + BK - 1) // BK)
+        dense.stage_c_tile(d, mma, smem_c, elem, n0, n, fx.Float32(1.0), fx.Float32(0.0), None)
+        dense.store_c_tile(d, smem_c, elem, out_buf, tid, g * m + m0, n0, g * m + m, n, ldc)
+
+    @flyc.kernel(name=spec.name, known_block_size=[THREADS, 1, 1])
+    def grouped_gemm_k_kernel(
+        out: fx.Tensor,
+        a: fx.Tensor,
+        b: fx.Tensor,
+        offs: fx.Tensor,
+        tokens: fx.Int32,
+        n: fx.Int32,
+        k: fx.Int32,
+        groups: fx.Int32,
+        group_rows: fx.Int32,
+        lda: fx.Int32,
+        ldb: fx.Int32,
+        ldbg: fx.Int32,
+        ldc: fx.Int32,
+        workgroups: fx.Int32,
+    ):
+        tid = fx.thread_idx.x
+        smem = dense.shared_tiles(d, d.elem_type())
+        op_bufs = (dense.buffer_of(a), dense.buffer_of(b), dense.buffer_of(out))
+        # Element offsets at each operand's span end: a DMA there is out of range, reads zeros.
+        spans = (fx.get_scalar(fx.size(fx.get_layout(a))), fx.get_scalar(fx.size(fx.get_layout(b))))
+        offs_buf = dense.buffer_of(offs, OFFS_BYTES)
+        n_tiles = (n + BN - 1) // BN
+        per_group = (tokens + BM - 1) // BM * n_tiles
+        g = fx.Int32(0)
+        k_start = fx.Int32(0)
+        k_end = group_end(offs_buf, g, k_start, groups, k, 0)
+        for t in range(fx.block_idx.x, groups * per_group, workgroups):
+            g, k_start, k_end = advance_k(offs_buf, t, g, k_start, k_end, groups, k, per_group)
+            gpu.barrier()  # the previous tile's epilogue is done with the LDS the DMAs overwrite
+            one_tile(tid, smem, op_bufs, spans, g, k_start, k_end, t - g * per_group, n_tiles, tokens, n, lda, ldb,
+                     ldc)
+
+    @flyc.jit
+    def launch(
+        out: fx.Tensor,
+        a: fx.Tensor,
+        b: fx.Tensor,
+        offs: fx.Tensor,
+        tokens: fx.Int32,
+        n: fx.Int32,
+        k: fx.Int32,
+        groups: fx.Int32,
+        group_rows: fx.Int32,
+        lda: fx.Int32,
+        ldb: fx.Int32,
+        ldbg: fx.Int32,
+        ldc: fx.Int32,
+        workgroups: fx.Int32,
+        stream: fx.Stream = fx.Stream(None),
+    ):
+        grouped_gemm_k_kernel(out, a, b, offs, tokens, n, k, groups, group_rows, lda, ldb, ldbg, ldc,
+                              workgroups).launch(grid=(workgroups, 1, 1), block=(THREADS, 1, 1), stream=stream)
+
+    return launch
+
+
+def _build_rows(spec: KernelSpec):
     """The ``@flyc.jit`` launcher for ``spec``.
 
     Signature: ``launch(out, a, b, offs, tokens, n, k, groups, group_rows, lda, ldb, ldbg, ldc,

@@ -41,11 +41,15 @@ def resident_per_cu(cfg: GroupedGemmConfig) -> int:
     return max(1, min(MAX_RESIDENT, LDS_LIMIT_BYTES // cfg.lds_bytes))
 
 
-def grid_block(cfg: GroupedGemmConfig, tokens: int, groups: int, n: int, workgroups: Optional[int] = None):
+def grid_block(cfg: GroupedGemmConfig, tokens: int, groups: int, n: int, workgroups: Optional[int] = None,
+               along_k: bool = False):
     """(grid, block) of a launch: as many workgroups as the GPU holds at once, or fewer when
     the tile bound (see ``kernel``) is smaller; ``workgroups`` overrides (tests use it to give
-    every workgroup several tiles)."""
-    bound = tile_upper_bound(tokens, groups, n, cfg.block_m, cfg.block_n)
+    every workgroup several tiles). Along K, every group has the same ``tokens`` (M) rows."""
+    if along_k:
+        bound = groups * -(-tokens // cfg.block_m) * -(-n // cfg.block_n)
+    else:
+        bound = tile_upper_bound(tokens, groups, n, cfg.block_m, cfg.block_n)
     grid = workgroups if workgroups is not None else min(bound, NUM_CUS * resident_per_cu(cfg))
     return (max(1, grid), 1, 1), (cfg.threads, 1, 1)
 
@@ -72,16 +76,20 @@ def compile_args(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs:
 
     if problem is None:
         problem = checked_problem(a, b, offs, out)
-    ldb = b.stride(2) if problem.b_major == "col" else b.stride(1)
-    row = 1 if problem.batched else 0  # the row dimension of A and the output
+    if problem.along_k:  # A [M, T] M-contiguous, B [T, N] row-major, out [G, M, N]
+        lda, ldb, ldbg, ldc = a.stride(1), b.stride(0), 0, out.stride(1)
+    else:
+        row = 1 if problem.batched else 0  # the row dimension of A and the output
+        lda, ldc = a.stride(row), out.stride(row)
+        ldb, ldbg = (b.stride(2) if problem.b_major == "col" else b.stride(1)), b.stride(0)
     args = (
         flat_operand(out), flat_operand(a), flat_operand(b), flat_operand(offs if offs is not None else _unread(a)),
         int(problem.tokens), int(problem.n), int(problem.k), int(problem.groups), int(problem.group_rows),
-        int(a.stride(row)), int(ldb), int(b.stride(0)), int(out.stride(row)),
-        grid_block(cfg, problem.tokens, problem.groups, problem.n, workgroups)[0][0],
+        int(lda), int(ldb), int(ldbg), int(ldc),
+        grid_block(cfg, problem.tokens, problem.groups, problem.n, workgroups, problem.along_k)[0][0],
         stream if stream is not None else fx.Stream(None),
     )
-    return build(KernelSpec(cfg, problem.dtype, problem.b_major, problem.batched)), args
+    return build(KernelSpec(cfg, problem.dtype, problem.b_major, problem.batched, problem.along_k)), args
 
 
 def launch(cfg: GroupedGemmConfig, a, b, offs, out, stream: Any = None,
@@ -91,6 +99,8 @@ def launch(cfg: GroupedGemmConfig, a, b, offs, out, stream: Any = None,
     if not a.is_cuda:
         raise RuntimeError("grouped_gemm.launch needs device tensors on a ROCm GPU")
     problem = problem or checked_problem(a, b, offs, out)
+    if problem.along_k and problem.k == 0:
+        return out.zero_()  # no K rows at all: every group's product is zero
     if problem.tokens == 0:
         return out
     import flydsl.compiler as flyc

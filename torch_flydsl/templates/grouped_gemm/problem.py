@@ -7,6 +7,10 @@ matrix row-major (N contiguous) or column-major (stored ``[G, N, K]``, K contigu
 weight layout). ``out`` is ``[T, N]`` row-major: ``out[r] = A[r] @ B[g(r)]``; rows from
 ``offs[G-1]`` to T belong to no group and are not written (as in PyTorch).
 
+The weight-gradient form (2-D A ``[M, T]`` x 2-D B ``[T, N]`` with ``offs`` over T, output
+``[G, M, N]``: ``out[g] = A[:, offs[g-1]:offs[g]] @ B[offs[g-1]:offs[g]]``) has ``along_k``, with
+``tokens = M`` and ``k = T``; an empty group's output is zero.
+
 The batched form (3-D A ``[G, M, K]`` x 3-D B, output ``[G, M, N]``, no offs) is the same
 problem with ``T = G * M`` and group g owning rows ``[g * M, (g + 1) * M)`` when A's and the
 output's batches are stacked (batch stride = M x row stride).
@@ -32,6 +36,7 @@ class GroupedGemmProblem:
     dtype: torch.dtype  # inputs and output share it (bf16 or fp16)
     b_major: Major = "col"  # each group's [K, N] matrix: "row" (N contiguous) or "col" (K contiguous)
     group_rows: int = 0  # 0: groups split A's rows by offs; > 0: 3-D A, every group has this many rows
+    along_k: bool = False  # 2-D x 2-D: groups split K (tokens) by offs; ``tokens`` is then M
 
     @property
     def batched(self) -> bool:
