@@ -1,7 +1,10 @@
 """The grouped GEMM kernel for gfx950: ``out[offs[g-1]:offs[g]] = A[offs[g-1]:offs[g]] @ B[g]``.
 
-One kernel per ``KernelSpec`` (tile config, dtype, B's per-group major) serves every T, N, K
-(K a multiple of block_k), group count, group sizes and strides.
+One kernel per ``KernelSpec`` (tile config, dtype, B's per-group major, form) serves every T,
+N, K, group count, group sizes and strides. Forms: groups split A's rows by ``offs`` (the MoE
+forward; K a multiple of block_k), stacked batches (``batched``: group ends are ``(g+1) * M``,
+no offsets read) and groups split K by ``offs`` (``along_k``, the weight gradient:
+``_build_along_k``; every group's K tail is masked).
 
 Schedule: persistent over (group, tile) pairs. Output tiles are numbered group by group (a
 group's M tiles x the N tiles, row-major); ``tile_upper_bound = (ceil(T / block_m) + G) *
