@@ -95,3 +95,12 @@ def test_grid_is_the_tile_bound_or_what_the_gpu_holds_whichever_is_smaller():
     big = grid_block(cfg, tokens=131072, groups=128, n=4096)[0][0]
     assert big == NUM_CUS * resident_per_cu(cfg) == 256 * 2  # 61440 B of LDS: two per CU
     assert grid_block(cfg, 100, 4, 256, workgroups=3)[0] == (3, 1, 1)
+
+
+def test_weight_gradient_operands_keep_room_under_4_gib_for_the_masked_tail():
+    # The K tail's loads point at the span's end; a span within 32 bytes of 4 GiB would wrap.
+    t = (2**32 - 16) // 16  # A [8, T] contiguous along M: 16 bytes per K row
+    a = TensorMeta((8, t), (1, 8), BF16)
+    assert a.byte_span() == 2**32 - 16
+    d = check_problem(a, C((t, 8), BF16), C((8,), I32), C((8, 8, 8), BF16))
+    assert isinstance(d, Decline) and d.category == "size" and "under 4 GiB" in d.reason

@@ -16,7 +16,7 @@ from typing import Optional, Union
 
 import torch
 
-from ..base import INT32_MAX, Decline, TensorMeta, check_aligned, check_span, dtype_name
+from ..base import ALIGN_BYTES, BUFFER_SPAN_LIMIT, INT32_MAX, Decline, TensorMeta, check_aligned, check_span, dtype_name
 from ..dense_gemm.problem import major_of
 from .problem import GroupedGemmProblem
 
@@ -153,6 +153,11 @@ def _check_along_k(a, b, offs, out, bias, out_dtype) -> Union[GroupedGemmProblem
         if d:
             return d
     for name, tm, size, what in (("A", a, m, "M"), ("B", b, n, "N")):
+        if tm.byte_span() > BUFFER_SPAN_LIMIT - 2 * ALIGN_BYTES:
+            # The masked K tail loads from the span's end (out of range: zeros); that offset
+            # plus a 16-byte access must not wrap the 32-bit buffer offset.
+            return Decline("size", f"{name} spans {tm.byte_span()} bytes: with groups along K it must stay "
+                                   f"{2 * ALIGN_BYTES} bytes under 4 GiB")
         if tm.byte_span() % 4:
             return Decline("shape", f"{name} is contiguous along {what} and {what}={size} is odd: its last element ends "
                                     "mid-dword, which the kernel's range-checked 16-byte loads cannot read exactly")
