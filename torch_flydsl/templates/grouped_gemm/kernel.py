@@ -3,8 +3,8 @@
 One kernel per ``KernelSpec`` (tile config, dtype, B's per-group major, form) serves every T,
 N, K, group count, group sizes and strides. Forms: groups split A's rows by ``offs`` (the MoE
 forward; K a multiple of block_k), stacked batches (``batched``: group ends are ``(g+1) * M``,
-no offsets read) and groups split K by ``offs`` (``along_k``, the weight gradient:
-``_build_along_k``; every group's K tail is masked).
+no offsets read) and groups split K by ``offs`` (``along_k``, the weight gradient; every
+group's K tail is masked).
 
 Schedule: persistent over (group, tile) pairs. Output tiles are numbered group by group (a
 group's M tiles x the N tiles, row-major); ``tile_upper_bound = (ceil(T / block_m) + G) *
@@ -114,135 +114,55 @@ def advance_k(offs_buf, t, g, k_start, k_end, groups, k_total, per_group: int):
 
 @functools.lru_cache(maxsize=None)
 def build(spec: KernelSpec):
-    if spec.along_k:
-        return _build_along_k(spec)
-    return _build_rows(spec)
-
-
-def _build_along_k(spec: KernelSpec):
-    """The launcher of the 2-D x 2-D form: ``out[g] = A[:, K rows of g] @ B[K rows of g]``.
-
-    Signature as ``_build_rows``'s, with ``tokens`` = M (output rows per group), ``k`` = T (all
-    groups' K), ``lda`` = A's K stride (A is [M, T], M-contiguous), ``ldb`` = B's row stride
-    (B is [T, N] row-major), ``ldc`` = the output's row stride ([G, M, N], groups stacked).
-    Output tile (g, m, n) is number ``g * tiles_per_group + m * n_tiles + n``; each group's K
-    loop runs ``ceil(K rows / block_k)`` tiles from its first K row, the tail's K rows reading
-    zeros from both operands (``Operand.k_bound``). An empty group's output is zero.
-    """
-    cfg = spec.cfg
-    d = spec.dense
-    BM, BN, BK = cfg.block_m, cfg.block_n, cfg.block_k
-    THREADS = cfg.threads
-
-    def one_tile(tid, smem, op_bufs, spans, g, k_start, k_end, local, n_tiles, m, n, lda, ldb, ldc):
-        smem_a, smem_b, smem_c = smem
-        a_buf, b_buf, out_buf = op_bufs
-        elem = d.elem_type()
-        m0 = local // n_tiles * BM
-        n0 = local % n_tiles * BN
-        k_len = k_end - k_start
-        a_layout = dense.lds_layout(BM, BK, d.a_k_contig)
-        b_layout = dense.lds_layout(BN, BK, d.b_k_contig)
-        op_a = dense.Operand(a_buf, smem_a, a_layout, BM, False, d.a_iters, m0, m, lda, k_start * lda, k_len, spans[0])
-        op_b = dense.Operand(b_buf, smem_b, b_layout, BN, False, d.b_iters, n0, n, ldb, k_start * ldb, k_len, spans[1])
-        loads = dense.TileLoads(d, tid, op_a, op_b)
-        mma = dense.Mma(d, tid, elem, op_a, op_b, out_buf)
-        # No K row (an empty group): the prologue's first DMA reads zeros only and no tile is
-        # computed, so the accumulators stay zero.
-        dense.main_loop(d, loads, mma, (k_len + BK - 1) // BK)
-        dense.stage_c_tile(d, mma, smem_c, elem, n0, n, fx.Float32(1.0), fx.Float32(0.0), None)
-        dense.store_c_tile(d, smem_c, elem, out_buf, tid, g * m + m0, n0, g * m + m, n, ldc)
-
-    @flyc.kernel(name=spec.name, known_block_size=[THREADS, 1, 1])
-    def grouped_gemm_k_kernel(
-        out: fx.Tensor,
-        a: fx.Tensor,
-        b: fx.Tensor,
-        offs: fx.Tensor,
-        tokens: fx.Int32,
-        n: fx.Int32,
-        k: fx.Int32,
-        groups: fx.Int32,
-        group_rows: fx.Int32,
-        lda: fx.Int32,
-        ldb: fx.Int32,
-        ldbg: fx.Int32,
-        ldc: fx.Int32,
-        workgroups: fx.Int32,
-    ):
-        tid = fx.thread_idx.x
-        smem = dense.shared_tiles(d, d.elem_type())
-        op_bufs = (dense.buffer_of(a), dense.buffer_of(b), dense.buffer_of(out))
-        # Element offsets at each operand's span end: a DMA there is out of range, reads zeros.
-        spans = (fx.get_scalar(fx.size(fx.get_layout(a))), fx.get_scalar(fx.size(fx.get_layout(b))))
-        offs_buf = dense.buffer_of(offs, OFFS_BYTES)
-        n_tiles = (n + BN - 1) // BN
-        per_group = (tokens + BM - 1) // BM * n_tiles
-        g = fx.Int32(0)
-        k_start = fx.Int32(0)
-        k_end = group_end(offs_buf, g, k_start, groups, k, 0)
-        for t in range(fx.block_idx.x, groups * per_group, workgroups):
-            g, k_start, k_end = advance_k(offs_buf, t, g, k_start, k_end, groups, k, per_group)
-            gpu.barrier()  # the previous tile's epilogue is done with the LDS the DMAs overwrite
-            one_tile(tid, smem, op_bufs, spans, g, k_start, k_end, t - g * per_group, n_tiles, tokens, n, lda, ldb,
-                     ldc)
-
-    @flyc.jit
-    def launch(
-        out: fx.Tensor,
-        a: fx.Tensor,
-        b: fx.Tensor,
-        offs: fx.Tensor,
-        tokens: fx.Int32,
-        n: fx.Int32,
-        k: fx.Int32,
-        groups: fx.Int32,
-        group_rows: fx.Int32,
-        lda: fx.Int32,
-        ldb: fx.Int32,
-        ldbg: fx.Int32,
-        ldc: fx.Int32,
-        workgroups: fx.Int32,
-        stream: fx.Stream = fx.Stream(None),
-    ):
-        grouped_gemm_k_kernel(out, a, b, offs, tokens, n, k, groups, group_rows, lda, ldb, ldbg, ldc,
-                              workgroups).launch(grid=(workgroups, 1, 1), block=(THREADS, 1, 1), stream=stream)
-
-    return launch
-
-
-def _build_rows(spec: KernelSpec):
     """The ``@flyc.jit`` launcher for ``spec``.
 
     Signature: ``launch(out, a, b, offs, tokens, n, k, groups, group_rows, lda, ldb, ldbg, ldc,
-    workgroups, stream)`` with ``out``/``a``/``b``/``offs`` 1-D unit-stride views from each operand's first
-    element (``dense_gemm.launcher.flat_operand``), ints for sizes and strides (elements; ``ldb``
-    is the leading stride of one group's matrix, ``ldbg`` the stride between groups) and the
-    persistent grid size ``workgroups`` (>= 1). Batched (3-D A, ``spec.batched``): A and the
-    output are read as ``[G * group_rows, ...]`` (their batches stacked) and ``offs`` is not
-    read. Block ``(threads, 1, 1)``.
+    workgroups, stream)`` with ``out``/``a``/``b``/``offs`` 1-D unit-stride views from each
+    operand's first element (``dense_gemm.launcher.flat_operand``), ints for sizes and strides
+    (elements; ``ldb`` is the leading stride of one group's matrix, ``ldbg`` the stride between
+    groups) and the persistent grid size ``workgroups`` (>= 1). Block ``(threads, 1, 1)``.
+
+    * Groups split rows: ``tokens`` = T. Batched (3-D A, ``spec.batched``): A and the output are
+      read as ``[G * group_rows, ...]`` (their batches stacked) and ``offs`` is not read.
+    * Groups split K (``spec.along_k``, ``out[g] = A[:, K rows of g] @ B[K rows of g]``):
+      ``tokens`` = M (output rows per group), ``k`` = T (all groups' K), ``lda`` = A's K stride
+      (A is [M, T], M-contiguous), ``ldb`` = B's row stride (B is [T, N] row-major), ``ldc`` = the
+      output's row stride ([G, M, N], groups stacked). Output tile (g, m, n) is number
+      ``g * tiles_per_group + m * n_tiles + n``; each group's K loop runs ``ceil(K rows /
+      block_k)`` tiles from its first K row, the tail's K rows reading zeros from both operands
+      (``Operand.k_bound``). An empty group's output is zero.
     """
     cfg = spec.cfg
     d = spec.dense
     BM, BN, BK = cfg.block_m, cfg.block_n, cfg.block_k
     THREADS = cfg.threads
 
-    def one_tile(tid, smem, op_bufs, g, start, end, local, n_tiles, n, k, lda, ldb, ldbg, ldc):
-        """Tile ``local`` of group ``g``: the dense kernel's main loop and epilogue."""
+    def one_tile(tid, smem, op_bufs, g, m0, row_bound, out_row0, out_bound, n0, n, k_tiles, lda, ldb, b_base, ldc,
+                 k_mask=None):
+        """One output tile: the dense kernel's main loop and epilogue. A's rows from ``m0`` (below
+        ``row_bound``) go to output rows from ``out_row0`` (below ``out_bound``); ``k_mask``:
+        ``(k_start, k_len, a_span, b_span)`` when groups split K."""
         smem_a, smem_b, smem_c = smem
         a_buf, b_buf, out_buf = op_bufs
         elem = d.elem_type()
-        m0 = start + local // n_tiles * BM
-        n0 = local % n_tiles * BN
         a_layout = dense.lds_layout(BM, BK, d.a_k_contig)
         b_layout = dense.lds_layout(BN, BK, d.b_k_contig)
-        op_a = dense.Operand(a_buf, smem_a, a_layout, BM, d.a_k_contig, d.a_iters, m0, end, lda)
-        op_b = dense.Operand(b_buf, smem_b, b_layout, BN, d.b_k_contig, d.b_iters, n0, n, ldb, g * ldbg)
+        if k_mask is None:
+            op_a = dense.Operand(a_buf, smem_a, a_layout, BM, d.a_k_contig, d.a_iters, m0, row_bound, lda)
+            op_b = dense.Operand(b_buf, smem_b, b_layout, BN, d.b_k_contig, d.b_iters, n0, n, ldb, b_base)
+        else:
+            k_start, k_len, a_span, b_span = k_mask
+            op_a = dense.Operand(a_buf, smem_a, a_layout, BM, False, d.a_iters, m0, row_bound, lda, k_start * lda,
+                                 k_len, a_span)
+            op_b = dense.Operand(b_buf, smem_b, b_layout, BN, False, d.b_iters, n0, n, ldb, k_start * ldb, k_len,
+                                 b_span)
         loads = dense.TileLoads(d, tid, op_a, op_b)
         mma = dense.Mma(d, tid, elem, op_a, op_b, out_buf)
-        dense.main_loop(d, loads, mma, k // BK)
+        # Along K, a group with no K row runs no tile: the prologue's first DMA reads zeros only
+        # and the accumulators stay zero.
+        dense.main_loop(d, loads, mma, k_tiles)
         dense.stage_c_tile(d, mma, smem_c, elem, n0, n, fx.Float32(1.0), fx.Float32(0.0), None)
-        dense.store_c_tile(d, smem_c, elem, out_buf, tid, m0, n0, end, n, ldc)
+        dense.store_c_tile(d, smem_c, elem, out_buf, tid, out_row0, n0, out_bound, n, ldc)
 
     @flyc.kernel(name=spec.name, known_block_size=[THREADS, 1, 1])
     def grouped_gemm_kernel(
@@ -269,16 +189,35 @@ def _build_rows(spec: KernelSpec):
             offs_buf = dense.buffer_of(offs, OFFS_BYTES)
         n_tiles = (n + BN - 1) // BN
         g = fx.Int32(0)
-        seen = fx.Int32(0)
-        start = fx.Int32(0)
-        end = group_end(offs_buf, g, start, groups, tokens, group_rows)
-        tiles = group_tiles(g, start, end, groups, n_tiles, BM)
-        for t in range(fx.block_idx.x, tile_upper_bound(tokens, groups, n, BM, BN), workgroups):
-            g, seen, start, end, tiles = advance(offs_buf, t, g, seen, start, end, tiles, groups, tokens, group_rows,
-                                                 n_tiles, BM)
-            if g < groups:
+        if const_expr(spec.along_k):
+            # Element offsets at each operand's span end: a DMA there is out of range, reads zeros.
+            spans = (fx.get_scalar(fx.size(fx.get_layout(a))), fx.get_scalar(fx.size(fx.get_layout(b))))
+            per_group = (tokens + BM - 1) // BM * n_tiles
+            k_start = fx.Int32(0)
+            k_end = group_end(offs_buf, g, k_start, groups, k, 0)
+            for t in range(fx.block_idx.x, groups * per_group, workgroups):
+                g, k_start, k_end = advance_k(offs_buf, t, g, k_start, k_end, groups, k, per_group)
                 gpu.barrier()  # the previous tile's epilogue is done with the LDS the DMAs overwrite
-                one_tile(tid, smem, op_bufs, g, start, end, t - seen, n_tiles, n, k, lda, ldb, ldbg, ldc)
+                local = t - g * per_group
+                m0 = local // n_tiles * BM
+                k_len = k_end - k_start
+                one_tile(tid, smem, op_bufs, g, m0, tokens, g * tokens + m0, g * tokens + tokens,
+                         local % n_tiles * BN, n, (k_len + BK - 1) // BK, lda, ldb, None, ldc,
+                         (k_start, k_len, spans[0], spans[1]))
+        else:
+            seen = fx.Int32(0)
+            start = fx.Int32(0)
+            end = group_end(offs_buf, g, start, groups, tokens, group_rows)
+            tiles = group_tiles(g, start, end, groups, n_tiles, BM)
+            for t in range(fx.block_idx.x, tile_upper_bound(tokens, groups, n, BM, BN), workgroups):
+                g, seen, start, end, tiles = advance(offs_buf, t, g, seen, start, end, tiles, groups, tokens,
+                                                     group_rows, n_tiles, BM)
+                if g < groups:
+                    gpu.barrier()  # the previous tile's epilogue is done with the LDS the DMAs overwrite
+                    local = t - seen
+                    m0 = start + local // n_tiles * BM
+                    one_tile(tid, smem, op_bufs, g, m0, end, m0, end, local % n_tiles * BN, n, k // BK, lda, ldb,
+                             g * ldbg, ldc)
 
     @flyc.jit
     def launch(
