@@ -38,7 +38,19 @@ MAX_RESIDENT = 4  # workgroups per CU the persistent grid plans for (LDS allowin
 def resident_per_cu(cfg: GroupedGemmConfig) -> int:
     """Workgroups of ``cfg`` one CU holds at once, as far as LDS decides (at most MAX_RESIDENT;
     registers are not known before compiling, so this may overcount: extra workgroups only wait)."""
-    return max(1, min(MAX_RESIDENT, LDS_LIMIT_BYTES // cfg.lds_bytes))
+    return resident_for_lds(cfg.lds_bytes)
+
+
+def resident_for_lds(lds_bytes: int) -> int:
+    return max(1, min(MAX_RESIDENT, LDS_LIMIT_BYTES // lds_bytes))
+
+
+def persistent_grid(tile_bound: int, lds_bytes: int, workgroups: Optional[int] = None) -> int:
+    """Workgroups of a persistent launch: what the GPU holds at once, or fewer when the tiles
+    are fewer; ``workgroups`` overrides (tests use it to give every workgroup several tiles)."""
+    if workgroups is not None:
+        return max(1, workgroups)
+    return max(1, min(tile_bound, NUM_CUS * resident_for_lds(lds_bytes)))
 
 
 def grid_block(cfg: GroupedGemmConfig, tokens: int, groups: int, n: int, workgroups: Optional[int] = None,
@@ -50,8 +62,7 @@ def grid_block(cfg: GroupedGemmConfig, tokens: int, groups: int, n: int, workgro
         bound = groups * -(-tokens // cfg.block_m) * -(-n // cfg.block_n)
     else:
         bound = tile_upper_bound(tokens, groups, n, cfg.block_m, cfg.block_n)
-    grid = workgroups if workgroups is not None else min(bound, NUM_CUS * resident_per_cu(cfg))
-    return (max(1, grid), 1, 1), (cfg.threads, 1, 1)
+    return (persistent_grid(bound, cfg.lds_bytes, workgroups), 1, 1), (cfg.threads, 1, 1)
 
 
 _UNREAD: dict = {}

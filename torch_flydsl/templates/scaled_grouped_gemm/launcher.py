@@ -10,8 +10,7 @@ from ...runtime import kernel_cache
 from ..base import Decline
 from ..dense_gemm.launcher import flat_operand
 from ..grouped_gemm.kernel import tile_upper_bound
-from ..grouped_gemm.launcher import NUM_CUS, MAX_RESIDENT
-from ..scaled_gemm.config import LDS_LIMIT_BYTES
+from ..grouped_gemm.launcher import persistent_grid
 from ..scaled_gemm.launcher import reinterpret_span
 from .config import ScaledGroupedConfig
 from .eligibility import check_tensors
@@ -28,12 +27,8 @@ def checked_problem(a, b, scale_a, scale_b, offs, out) -> ScaledGroupedProblem:
 
 def workgroups_for(cfg: ScaledGroupedConfig, problem: ScaledGroupedProblem, workgroups: Optional[int] = None) -> int:
     """The persistent grid: the tile bound or what the GPU holds at once, whichever is smaller."""
-    if workgroups is not None:
-        return max(1, workgroups)
-    resident = max(1, min(MAX_RESIDENT, LDS_LIMIT_BYTES // cfg.lds_bytes(problem.a_fmt, problem.b_fmt,
-                                                                          problem.out_dtype)))
     bound = tile_upper_bound(problem.tokens, problem.groups, problem.n, cfg.block_m, cfg.block_n)
-    return max(1, min(bound, NUM_CUS * resident))
+    return persistent_grid(bound, cfg.lds_bytes(problem.a_fmt, problem.b_fmt, problem.out_dtype), workgroups)
 
 
 def compile_args(cfg: ScaledGroupedConfig, a, b, scale_a, scale_b, offs, out, stream: Any = None,
