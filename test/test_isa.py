@@ -112,7 +112,7 @@ def test_unrolled_loop_is_normalised_per_k_tile():
     m = isa.loop_metrics(lines, mfma_per_tile=per_tile)
     assert m.tiles == 2
     assert (m.per_tile(m.mfma), m.per_tile(m.dma), m.per_tile(m.dma_between), m.per_tile(m.barriers)) == (2, 2, 1.5, 1)
-    assert m.summary().startswith("tiles/iter 2; per tile: mfma 2, dma 2 (1.5 between mfma)")
+    assert m.summary().startswith("2 tile(s)/iter; per tile mfma 2, dma 2 (1.5 between mfma), vmcnt [2,2]")
 
 
 def test_the_main_loop_is_the_innermost_mfma_loop_not_an_outer_persistent_loop():
@@ -177,3 +177,23 @@ def test_comments_directives_and_the_metadata_after_the_function_are_skipped():
     assert isa.wait_fields(instrs[-3]) == {"vmcnt": 0, "expcnt": 0, "lgkmcnt": 0}
     m = isa.loop_metrics(lines)
     assert m.waits == ("vmcnt(0) expcnt(0) lgkmcnt(0)",) and m.instructions == 3
+
+
+def test_every_function_of_a_listing_is_searched_and_metadata_is_not_code():
+    """A split-K module: the reduction kernel comes first and loops without MFMAs; the GEMM's
+    K loop is in the second function."""
+    lines = [
+        "\t.text", "\t.globl reduce", "\t.type reduce,@function", "reduce:",
+        "\ts_mov_b32 s2, 0",
+        ".LBB0_1:", "\tglobal_load_dwordx4 v[0:3], v1, s[4:5]", "\ts_waitcnt vmcnt(0)",
+        "\tv_add_f32_e32 v4, v0, v4", "\ts_cbranch_scc1 .LBB0_1",
+        "\ts_endpgm", ".Lfunc_end0:",
+        "\t.globl gemm", "\t.type gemm,@function", "gemm:",
+        ".LBB1_1:", MFMA, DMA, MFMA, "\ts_waitcnt vmcnt(1)", "\ts_cbranch_scc1 .LBB1_1",
+        "\ts_endpgm", ".Lfunc_end1:",
+        "\t.amdgpu_metadata", "---", "amdhsa.kernels:", "  - .name: gemm", "...",
+    ]
+    assert [name for name, _ in isa.functions(lines)] == ["reduce", "gemm"]
+    assert [(lp.function, lp.header_label) for lp in isa.loops(lines)] == [("reduce", ".LBB0_1"), ("gemm", ".LBB1_1")]
+    m = isa.loop_metrics(lines)
+    assert (m.header, m.mfma, m.dma, m.dma_between, m.vmcnt) == (".LBB1_1", 2, 1, 1, (1,))

@@ -4,16 +4,18 @@ schedule work when no MI350 is at hand. Plain text in, numbers out; no FlyDSL, n
 
 How the loop is found:
 
+* A listing may hold several functions (a split-K GEMM and its reduction kernel): each runs
+  from the label its ``.type NAME,@function`` names to its ``.Lfunc_end*``; the code object's
+  metadata after them is not read.
 * Instructions are the indented lines that are not directives (``.foo``); comments after
-  ``;`` or ``//`` are dropped. Labels are lines ``name:``. Reading stops at ``.Lfunc_end*``
-  (the kernel's metadata follows it).
+  ``;`` or ``//`` are dropped. Labels are lines ``name:``.
 * Basic blocks start at the first instruction, at every label and after every branch or
   ``s_endpgm``. ``s_branch L`` goes to L; ``s_cbranch_* L`` goes to L or falls through;
   ``s_endpgm`` and ``s_setpc_b64`` end the kernel's known flow.
 * Loops are natural loops: an edge u -> h whose target h dominates u is a back edge, and the
   loop of header h is h plus every block that reaches one of its back edges without passing h.
 * The **main loop** is the innermost loop (one that contains no other loop with an MFMA)
-  holding the most ``v_mfma*`` instructions.
+  holding the most ``v_mfma*`` instructions, over every function of the listing.
 
 What is counted, over the main loop's instructions in **loop order**: the loop's blocks in
 address order, rotated so that the header's block comes first (the order one iteration runs
@@ -55,6 +57,8 @@ from typing import Iterable, Optional
 _LABEL_RE = re.compile(r"^([A-Za-z_.$][\w.$]*):")
 _WAIT_FIELD_RE = re.compile(r"\b(vmcnt|lgkmcnt|expcnt)\((\d+)\)")
 _END_RE = re.compile(r"^\.Lfunc_end")
+_TYPE_RE = re.compile(r"^\s*\.type\s+([\w.$]+)\s*,\s*@function")
+_META_RE = re.compile(r"^(---|\s*\.amdgpu_metadata\b)")
 
 _SMEM_PREFIXES = ("s_load", "s_buffer_", "s_store", "s_scratch_", "s_dcache", "s_memtime", "s_memrealtime",
                   "s_atc_probe", "s_atomic")
@@ -65,7 +69,7 @@ _PROGRAM_CONTROL = ("s_waitcnt", "s_barrier", "s_branch", "s_cbranch", "s_setpc"
 
 @dataclass(frozen=True)
 class Instruction:
-    line: int  # 1-based line in the listing
+    line: int  # 1-based line in the lines given to parse (one function's)
     text: str  # without comment, whitespace collapsed
 
     @property
@@ -106,16 +110,43 @@ def wait_fields(ins: Instruction) -> dict[str, int]:
     return {k: int(v) for k, v in _WAIT_FIELD_RE.findall(ins.text)}
 
 
+def functions(isa_lines: Iterable[str]) -> list[tuple[Optional[str], list[str]]]:
+    """``(name, lines)`` of every function in the listing: from the label a ``.type
+    NAME,@function`` names to its ``.Lfunc_end*`` (a listing without ``.type``, such as a
+    hand-written snippet, is one function from its first line). Reading stops where the code
+    object's metadata starts (``.amdgpu_metadata`` or ``---``)."""
+    lines = list(isa_lines)
+    typed = {m.group(1) for ln in lines for m in [_TYPE_RE.match(ln)] if m}
+    out: list[tuple[Optional[str], list[str]]] = []
+    name: Optional[str] = None
+    body: Optional[list[str]] = None if typed else []
+    for raw in lines:
+        if _META_RE.match(raw):
+            break
+        if body is None:
+            m = _LABEL_RE.match(raw)
+            if m and m.group(1) in typed:
+                name, body = m.group(1), []
+            continue
+        if _END_RE.match(raw):
+            out.append((name, body))
+            name, body = None, None
+            continue
+        body.append(raw)
+    if body:
+        out.append((name, body))
+    return out
+
+
 def parse(isa_lines: Iterable[str]) -> tuple[list[Instruction], dict[str, int]]:
-    """(instructions, label -> index of the instruction it names) of the listing's first
-    function (everything up to ``.Lfunc_end``)."""
+    """(instructions, label -> index of the instruction it names) of one function's lines."""
     instrs: list[Instruction] = []
     labels: dict[str, int] = {}
     for lineno, raw in enumerate(isa_lines, 1):
         line = raw.split(";", 1)[0].split("//", 1)[0].rstrip()
         if not line.strip():
             continue
-        if _END_RE.match(line):
+        if _END_RE.match(line) or _META_RE.match(line):
             break
         m = _LABEL_RE.match(line)
         if m and not line[0].isspace():
@@ -197,11 +228,16 @@ class Loop:
     blocks: tuple[int, ...]  # block indices, address order
     instructions: tuple[Instruction, ...]  # loop order (header's block first)
     header_label: Optional[str]
+    function: Optional[str] = None
 
 
 def loops(isa_lines: Iterable[str]) -> list[Loop]:
-    """Every natural loop of the listing's first function, in header address order."""
-    instrs, labels = parse(isa_lines)
+    """Every natural loop of every function in the listing, in address order."""
+    return [lp for name, lines in functions(isa_lines) for lp in _function_loops(name, lines)]
+
+
+def _function_loops(name: Optional[str], lines: list[str]) -> list[Loop]:
+    instrs, labels = parse(lines)
     if not instrs:
         return []
     blocks, _ = _blocks(instrs, labels)
@@ -221,14 +257,14 @@ def loops(isa_lines: Iterable[str]) -> list[Loop]:
                     if x not in body:
                         body.add(x)
                         stack.extend(preds[x])
-    name_of = {i: name for name, i in labels.items()}
+    name_of = {i: label for label, i in labels.items()}
     out = []
     for h in sorted(bodies):
         order = sorted(bodies[h])
         k = order.index(h)
         rotated = order[k:] + order[:k]
         seq = tuple(ins for b in rotated for ins in instrs[blocks[b].start:blocks[b].end])
-        out.append(Loop(h, tuple(order), seq, name_of.get(blocks[h].start)))
+        out.append(Loop(h, tuple(order), seq, name_of.get(blocks[h].start), name))
     return out
 
 
@@ -236,7 +272,8 @@ def main_loop(isa_lines: Iterable[str]) -> Optional[Loop]:
     """The innermost loop with the most MFMAs (None when no loop holds one)."""
     found = [lp for lp in loops(isa_lines) if any(map(is_mfma, lp.instructions))]
     inner = [lp for lp in found
-             if not any(o is not lp and set(o.blocks) < set(lp.blocks) for o in found)]
+             if not any(o is not lp and o.function == lp.function and set(o.blocks) < set(lp.blocks)
+                        for o in found)]
     if not inner:
         return None
     return max(inner, key=lambda lp: (sum(map(is_mfma, lp.instructions)), -len(lp.instructions)))
@@ -276,13 +313,10 @@ class LoopMetrics:
     def summary(self) -> str:
         """One compact line (the schedule goldens)."""
         t = self.per_tile
-        tiles = f"{self.tiles:g}"
-        lgkm = ",".join(map(str, sorted(set(self.lgkmcnt)))) or "-"
-        return (f"tiles/iter {tiles}; per tile: mfma {t(self.mfma):g}, dma {t(self.dma):g} "
+        return (f"{self.tiles:g} tile(s)/iter; per tile mfma {t(self.mfma):g}, dma {t(self.dma):g} "
                 f"({t(self.dma_between):g} between mfma), vmcnt [{','.join(map(str, self.vmcnt))}], "
-                f"lgkmcnt x{len(self.lgkmcnt)} {{{lgkm}}}, barriers {t(self.barriers):g}, "
-                f"branches+backedge {self.extra_branches}+1, salu {t(self.salu):g}; "
-                f"longest mfma-free run {self.longest_mfma_free}, loop {self.instructions} instrs")
+                f"lgkmcnt x{len(self.lgkmcnt)}, barrier {t(self.barriers):g}, branches {self.extra_branches}+1, "
+                f"salu {t(self.salu):g}; mfma-free run {self.longest_mfma_free}, loop {self.instructions} instrs")
 
 
 def _longest_gap(flags: list[bool]) -> int:

@@ -1,0 +1,435 @@
+"""Time the dense GEMM family on an MI350 (gfx950): every curated FlyDSL config that fits,
+against ATen (``torch.mm``) and Inductor's Triton mm template, on 15 BF16 NT LLM shapes.
+
+    python benchmarks/dense_gemm_device_bench.py [--shapes 1,4,15] [--via launcher|op]
+        [--timing graph|events] [--no-triton] [--warmup 10] [--iters 50] [--flush-l2] [--no-check]
+        [--breadth curated] [--out dense_gemm_bench]
+    python benchmarks/dense_gemm_device_bench.py --dry-run     # the plan; any machine
+
+The suite (``SUITE``): ``y = x @ W.T`` with x ``[M, K]`` and W ``[N, K]`` both row-major
+bfloat16 (B = W.T is ``[K, N]`` column-major: the kernel's ``nt`` layout), bfloat16 output, no
+bias. Llama-style projections, decode to prefill:
+
+    #1-7   M = 1, 16, 32, 64, 128, 256, 512 x (N, K) = (4096, 4096)   attention projection, 8B-class
+    #8     32 x 14336 x 4096       MLP gate/up, decode (8B-class)
+    #9     32 x 4096 x 14336       MLP down, decode: long K
+    #10    128 x 11008 x 4096      MLP gate/up (7B-class)
+    #11    128 x 4096 x 11008      MLP down (7B-class)
+    #12    2048 x 28672 x 4096     fused gate+up, prefill (70B-class)
+    #13    4096 x 4096 x 14336     MLP down, prefill
+    #14    4096 x 4096 x 4096      square
+    #15    8192 x 8192 x 8192      square, attention projection (70B-class)
+
+Timed: ATen ``torch.mm(x, W.t(), out=y)`` and FlyDSL write one preallocated output; Triton
+(which allocates its output each call): ``torch.compile(torch.mm,
+mode="max-autotune-no-cudagraphs")`` with
+``max_autotune_gemm_backends="TRITON"`` (Inductor's Triton mm template alone; when the
+compiled code holds no template kernel the column stays empty with the reason); FlyDSL: every
+curated config that fits (``family.configs_for``) through the launcher with the compiled kernel
+and its packed arguments reused (``--via op``: ``torch.ops.torch_flydsl.dense_mm_out`` under
+``ops.strict()``, what Inductor's generated code calls), the fastest correct one reported.
+
+Timing (``--timing``): ``graph`` (default) captures ``--iters`` back-to-back calls in one CUDA
+graph on a side stream after ``--warmup`` eager calls, replays it once to warm up, then takes
+the median of 5 timed replays divided by ``--iters``: warm caches (operands stay in L2/MALL
+between calls) and no host launch overhead. Where capture fails for a column, that column is
+timed with ``events`` instead and the note says so. ``events``: ``torch.cuda.Event`` around
+``--iters`` back-to-back eager calls (host overhead included where the host is slower than the
+kernel); with ``--flush-l2`` (events only) a 512 MiB buffer is zeroed before each call and the
+median single call is taken. Correctness (unless ``--no-check``), before timing: every result
+against the float64 product on the device; a result whose max error exceeds 2^-7 max|ref| is
+reported and never timed or picked.
+
+Prints a table, geometric-mean speedups (vs ATen, vs Triton, vs the faster of the two per
+shape) and wins/ties/losses within +-1% against the faster of the two; writes
+``dense_gemm_bench.csv`` (one row per shape), ``dense_gemm_bench_configs.csv`` (every config
+timed) and, with matplotlib installed, ``dense_gemm_bench.png`` into ``--out``. Without a ROCm
+gfx950 GPU it says so, prints the plan (what ``--dry-run`` prints) and exits 0.
+
+No MI350 has run this yet: FlyDSL timings from it are untested on hardware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from torch_flydsl.registry import family_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _device_bench_common import (  # noqa: E402
+    FLUSH_BYTES,
+    device_gate,
+    geomean,
+    matplotlib_pyplot,
+    rel_error,
+    table,
+    time_ms,
+    tflops,
+    write_csv,
+)
+
+SUITE = (
+    *((m, 4096, 4096) for m in (1, 16, 32, 64, 128, 256, 512)),
+    (32, 14336, 4096),
+    (32, 4096, 14336),
+    (128, 11008, 4096),
+    (128, 4096, 11008),
+    (2048, 28672, 4096),
+    (4096, 4096, 14336),
+    (4096, 4096, 4096),
+    (8192, 8192, 8192),
+)
+DTYPE = torch.bfloat16
+LAYOUT = "nt"
+ERROR_LIMIT = 2.0**-7  # max |out - ref| / max |ref| for a result to count
+TIE_BAND = 0.01  # |speedup - 1| within this is a tie
+GRAPH_REPLAYS = 5
+
+
+def _family():
+    return family_for("mm").impl()
+
+
+def problem_for(m: int, n: int, k: int):
+    """The family's problem (or Decline) for one suite entry."""
+    return _family().explain_problem("mm", m, n, k, DTYPE, LAYOUT)
+
+
+def candidates(problem, breadth: str = "curated") -> list:
+    return _family().configs_for(problem, breadth)[0]
+
+
+def operands(m: int, n: int, k: int, device="cpu") -> tuple:
+    """``(x, W.t(), y)``: x ``[M, K]``, W ``[N, K]`` (so B is column-major), y ``[M, N]``."""
+    x = torch.randn(m, k, device=device).to(DTYPE)
+    w = torch.randn(n, k, device=device).to(DTYPE)
+    return x, w.t(), torch.empty(m, n, dtype=DTYPE, device=device)
+
+
+def aten_fn(a, b, out) -> Callable[[], torch.Tensor]:
+    return lambda: torch.mm(a, b, out=out)
+
+
+class TritonUnavailable(RuntimeError):
+    """Inductor's compiled mm holds no Triton template kernel here: skip the column."""
+
+
+def triton_fn(a, b) -> Callable[[], torch.Tensor]:
+    """Inductor's Triton mm template alone, compiled for these operands (it allocates its
+    output each call; under graph capture that comes from the graph's private pool)."""
+    import torch._dynamo
+    import torch._inductor.config as ic
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()  # one compile per shape: never hit the recompile limit
+    fn = torch.compile(lambda a, b: torch.mm(a, b), mode="max-autotune-no-cudagraphs", dynamic=False)
+    with ic.patch(max_autotune_gemm_backends="TRITON"):  # no ATen (or FlyDSL) choice to fall back on
+        try:
+            _, code = run_and_get_code(fn, a, b)
+        except Exception as e:
+            if "NoValidChoices" in f"{type(e).__name__} {e}":
+                raise TritonUnavailable("Inductor offered no Triton mm template here") from e
+            raise
+    if not any("triton_tem_" in c for c in code):
+        raise TritonUnavailable("Inductor's compiled mm holds no Triton template kernel here")
+    return lambda: fn(a, b)
+
+
+def flydsl_fn(via: str, cfg, problem, a, b, out) -> Callable[[], torch.Tensor]:
+    """One FlyDSL call into ``out`` on the current stream (compiles on first use)."""
+    if via == "op":
+        from torch_flydsl import ops
+
+        ops.register()
+        op, key = ops.op("dense_mm_out"), cfg.key()
+
+        def call():
+            with ops.strict():  # a fallback to PyTorch raises instead of being timed as FlyDSL
+                op(a, b, cfg=key, out=out)
+            return out
+
+        return call
+    import flydsl.compiler as flyc
+
+    from torch_flydsl.runtime import kernel_cache
+    from torch_flydsl.templates.dense_gemm.launcher import compile_args
+
+    jit_fn, args = compile_args(cfg, a, b, out, None, stream=torch.cuda.current_stream(a.device), problem=problem)
+    compiled, _ = kernel_cache.first_use(kernel_cache.launch_key(jit_fn, a.device),
+                                         lambda: flyc.compile(jit_fn, *args))
+    return lambda: (compiled(*args), out)[1]
+
+
+def graph_time_ms(fn: Callable, warmup: int, iters: int, replays: int = GRAPH_REPLAYS) -> float:
+    """Milliseconds per call: ``iters`` calls captured in one CUDA graph on the current
+    (side) stream, replayed once to warm up, then the median of ``replays`` timed replays."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.current_stream().synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=torch.cuda.current_stream()):
+        for _ in range(iters):
+            fn()
+    graph.replay()
+    torch.cuda.current_stream().synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / iters)
+    return statistics.median(times)
+
+
+def measure(fn: Callable, ref, args, flush) -> dict:
+    """``err`` (against ``ref``) from the first call, then ``ms`` under ``args.timing``;
+    ``error`` on any exception. A graph capture that fails falls back to events (``timed``
+    says which ran)."""
+    entry = {}
+    try:
+        entry["err"] = rel_error(fn(), ref)
+        if entry["err"] > ERROR_LIMIT:  # NaN (no check) compares False and is timed
+            return entry
+        if args.timing == "graph":
+            try:
+                entry["ms"], entry["timed"] = graph_time_ms(fn, args.warmup, args.iters), "graph"
+                return entry
+            except Exception as e:  # something in the call cannot be captured
+                entry["graph_error"] = f"{type(e).__name__}: {e}"[:200]
+                torch.cuda.synchronize()
+        entry["ms"], entry["timed"] = time_ms(fn, args.warmup, args.iters, flush), "events"
+    except Exception as e:  # compile or launch failure
+        entry["error"] = f"{type(e).__name__}: {e}"[:200]
+    return entry
+
+
+def _note(who: str, entry: dict) -> Optional[str]:
+    if "error" in entry:
+        return f"{who}: {entry['error']}"
+    if "graph_error" in entry:
+        return f"{who}: timed with events (graph capture failed: {entry['graph_error']})"
+    return None
+
+
+def bench_shape(m: int, n: int, k: int, args, flush, config_rows: list, dev, state: dict) -> dict:
+    """One suite entry: every fitting config's error and time (appended to ``config_rows``),
+    the fastest correct config, ATen and Triton. ``state`` carries Triton's availability."""
+    from torch_flydsl.templates.base import Decline
+    from torch_flydsl.templates.dense_gemm import reference
+
+    row = {"M": m, "N": n, "K": k}
+    problem = problem_for(m, n, k)
+    if isinstance(problem, Decline):
+        return {**row, "note": f"declined: {problem}"}
+    a, b, out = operands(m, n, k, dev)
+    ref = None if args.no_check else reference(a, b, device=dev)
+    notes, wrong, best = [], 0, None
+    for cfg in candidates(problem, args.breadth):
+        out.fill_(float("nan"))
+        entry = {"M": m, "N": n, "K": k, "config": cfg.key()}
+        try:
+            entry.update(measure(flydsl_fn(args.via, cfg, problem, a, b, out), ref, args, flush))
+        except Exception as e:  # building the launcher's arguments failed
+            entry["error"] = f"{type(e).__name__}: {e}"[:200]
+        if "error" in entry:
+            print(f"  {m}x{n}x{k} {cfg.key()}: {entry['error']}", file=sys.stderr)
+        config_rows.append(entry)
+        if entry.get("err", 0) > ERROR_LIMIT:
+            wrong += 1
+        elif "ms" in entry and (best is None or entry["ms"] < best["ms"]):
+            best = entry
+    if wrong:
+        notes.append(f"{wrong} config(s) above the error limit")
+    if best:
+        row.update(flydsl_config=best["config"], flydsl_ms=best["ms"], flydsl_err=best["err"])
+        if _note("FlyDSL", best):
+            notes.append(_note("FlyDSL", best))
+    aten = measure(aten_fn(a, b, out), ref, args, flush)
+    row.update(aten_ms=aten.get("ms"), aten_err=aten.get("err"))
+    notes += filter(None, [_note("ATen", aten)])
+    if not args.no_triton and "triton_off" not in state:
+        try:
+            tri = measure(triton_fn(a, b), ref, args, flush)
+            row.update(triton_ms=tri.get("ms"), triton_err=tri.get("err"))
+            notes += filter(None, [_note("Triton", tri)])
+        except TritonUnavailable as e:
+            state["triton_off"] = str(e)
+            print(f"dense_gemm_device_bench: no Triton column: {e}", file=sys.stderr)
+        except Exception as e:  # an Inductor compile failure for this shape
+            notes.append(f"Triton: {type(e).__name__}: {e}"[:200])
+    finish_row(row)
+    row["note"] = "; ".join(notes)
+    return row
+
+
+def finish_row(row: dict) -> dict:
+    """TFLOP/s per column and FlyDSL's speedups: vs ATen, vs Triton, vs the faster of the two."""
+    flops = 2 * row["M"] * row["N"] * row["K"]
+    for who in ("flydsl", "aten", "triton"):
+        row[f"{who}_tflops"] = tflops(flops, row.get(f"{who}_ms"))
+    theirs = [row[f"{w}_ms"] for w in ("aten", "triton") if row.get(f"{w}_ms")]
+    if row.get("flydsl_ms"):
+        for who in ("aten", "triton"):
+            if row.get(f"{who}_ms"):
+                row[f"x_{who}"] = row[f"{who}_ms"] / row["flydsl_ms"]
+        if theirs:
+            row["x_best"] = min(theirs) / row["flydsl_ms"]
+    return row
+
+
+COLUMNS = ["M", "N", "K", "flydsl_config", "flydsl_ms", "flydsl_tflops", "aten_ms", "aten_tflops", "triton_ms",
+           "triton_tflops", "x_aten", "x_triton", "x_best", "flydsl_err", "aten_err", "triton_err", "note"]
+PRINTED = ["M", "N", "K", "flydsl_config", "flydsl_ms", "flydsl_tflops", "aten_tflops", "triton_tflops", "x_aten",
+           "x_triton", "x_best", "note"]
+CONFIG_COLUMNS = ["M", "N", "K", "config", "ms", "timed", "err", "error", "graph_error"]
+
+
+def summary(rows: list) -> list[str]:
+    """Geometric-mean speedups and wins/ties/losses against the faster of ATen and Triton."""
+    lines = []
+    for key, name in (("x_aten", "ATen (torch.mm)"), ("x_triton", "Triton (Inductor)"),
+                      ("x_best", "the faster of ATen and Triton per shape")):
+        xs = [r[key] for r in rows if r.get(key)]
+        g = geomean(xs)
+        lines.append(f"geometric-mean speedup vs {name}: " + (f"{g:.3f}x over {len(xs)} shapes" if g else "n/a"))
+    xs = [r["x_best"] for r in rows if r.get("x_best")]
+    if xs:
+        wins = sum(x > 1 + TIE_BAND for x in xs)
+        losses = sum(x < 1 - TIE_BAND for x in xs)
+        lines.append(f"vs the faster of the two: {wins} wins, {len(xs) - wins - losses} ties, {losses} losses "
+                     f"(ties within +-{TIE_BAND:.0%})")
+    return lines
+
+
+def plot(path: Path, rows: list) -> bool:
+    """TFLOP/s of the three columns per shape (log scale) over FlyDSL's speedups."""
+    plt = matplotlib_pyplot()
+    if plt is None:
+        return False
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(14, 9), sharex=True)
+    x = range(len(rows))
+    for key, label, shift in (("flydsl_tflops", "FlyDSL (best curated)", -0.27), ("aten_tflops", "ATen", 0.0),
+                              ("triton_tflops", "Triton (Inductor)", 0.27)):
+        top.bar([i + shift for i in x], [r.get(key) or 0 for r in rows], width=0.27, label=label)
+    top.set_yscale("log")
+    top.set_ylabel("TFLOP/s")
+    top.set_title("Dense BF16 NT GEMM (x @ W.T)")
+    top.legend()
+    for key, label, shift in (("x_aten", "vs ATen", -0.27), ("x_triton", "vs Triton", 0.0),
+                              ("x_best", "vs the faster", 0.27)):
+        bottom.bar([i + shift for i in x], [r.get(key) or 0 for r in rows], width=0.27, label=label)
+    bottom.axhline(1.0, color="black", linewidth=0.8)
+    bottom.set_ylabel("FlyDSL speedup")
+    g = geomean(r.get("x_best") for r in rows)
+    bottom.set_title("FlyDSL speedup" + (f" (geomean vs the faster: {g:.2f}x)" if g else ""))
+    bottom.set_xticks(list(x), [f"{r['M']}x{r['N']}x{r['K']}" for r in rows], rotation=45, ha="right")
+    bottom.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def plan(shapes, args) -> str:
+    """The shapes, the configs that fit each and how they would be timed."""
+    from torch_flydsl.templates.base import Decline
+
+    rows, sets = [], {}
+    for i, (m, n, k) in shapes:
+        p = problem_for(m, n, k)
+        keys = () if isinstance(p, Decline) else tuple(c.key() for c in candidates(p, args.breadth))
+        rows.append((i, m, n, k, round(2 * m * n * k / 1e9, 3), f"declined: {p}" if isinstance(p, Decline) else len(keys)))
+        sets.setdefault(keys, []).append(f"#{i}")
+    lines = [f"{len(rows)} shapes (bf16 NT: x[M,K] @ W[N,K].T, bf16 out), {args.breadth} configs that fit each:",
+             table(rows, ["#", "M", "N", "K", "GFLOP", "configs"], floatfmt="g")]
+    for keys, where in sets.items():
+        scope = "every shape" if len(where) == len(rows) else ", ".join(where)
+        lines.append(f"\nconfigs ({scope}): {', '.join(keys) or 'none'}")
+    timing = (f"CUDA-graph replay of {args.iters} calls (median of {GRAPH_REPLAYS} replays), warm caches"
+              if args.timing == "graph" else
+              f"events around {args.iters} calls" + (", L2 flushed before each" if args.flush_l2 else ", warm caches"))
+    triton = "off" if args.no_triton else "Inductor's Triton mm template (max-autotune, TRITON only)"
+    lines.append(f"\nper shape: float64 check{' (off)' if args.no_check else ''}, then timed ({timing}, "
+                 f"{args.warmup} warm-up calls): every config via {args.via}, ATen torch.mm, Triton: {triton}")
+    return "\n".join(lines)
+
+
+def run(args, shapes) -> int:
+    from torch_flydsl.runtime.probe import flydsl_info
+
+    info = flydsl_info()
+    if not info.usable:
+        print(f"dense_gemm_device_bench: gfx950 found but flydsl is unusable: {info.reason}")
+        return 1
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda") if args.flush_l2 else None
+    rows, config_rows, state = [], [], {}
+    dev = torch.device("cuda", torch.cuda.current_device())
+    side = torch.cuda.Stream(dev)  # graph capture needs a non-default stream; events use it too
+    with torch.cuda.stream(side):
+        for _, (m, n, k) in shapes:
+            print(f"{m}x{n}x{k} ...", file=sys.stderr, flush=True)
+            rows.append(bench_shape(m, n, k, args, flush, config_rows, dev, state))
+            torch.cuda.empty_cache()
+    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__} (HIP {torch.version.hip}), "
+          f"FlyDSL via {args.via}, timing {args.timing}, "
+          f"{'L2 flushed' if flush is not None else 'warm caches'}")
+    if "triton_off" in state:
+        print(f"Triton column empty: {state['triton_off']}")
+    print(table([[r.get(c) for c in PRINTED] for r in rows], PRINTED))
+    print("\n".join(summary(rows)))
+    write_csv(out_dir / "dense_gemm_bench.csv", rows, COLUMNS)
+    write_csv(out_dir / "dense_gemm_bench_configs.csv", config_rows, CONFIG_COLUMNS)
+    png = out_dir / "dense_gemm_bench.png"
+    print(f"wrote {out_dir}/dense_gemm_bench.csv, dense_gemm_bench_configs.csv"
+          + (f", {png.name}" if plot(png, rows) else " (matplotlib is not installed: no plot)"))
+    return 0
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="FlyDSL dense BF16 GEMM vs torch.mm and Triton on gfx950")
+    p.add_argument("--shapes", default=None, type=lambda s: [int(x) for x in s.split(",")],
+                   help=f"comma-separated suite numbers 1..{len(SUITE)} (default: all)")
+    p.add_argument("--breadth", default="curated", choices=["baseline", "curated", "exhaustive"])
+    p.add_argument("--via", default="launcher", choices=["launcher", "op"])
+    p.add_argument("--timing", default="graph", choices=["graph", "events"])
+    p.add_argument("--no-triton", action="store_true", help="skip Inductor's Triton mm template")
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--flush-l2", action="store_true", help="zero 512 MiB before each timed call (events only)")
+    p.add_argument("--no-check", action="store_true", help="skip the float64 correctness check")
+    p.add_argument("--out", default="dense_gemm_bench", help="directory for the CSVs and the plot")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; no GPU needed")
+    args = p.parse_args(argv)
+    if args.shapes and not all(1 <= i <= len(SUITE) for i in args.shapes):
+        p.error(f"--shapes takes suite numbers 1..{len(SUITE)}")
+    if args.flush_l2 and args.timing == "graph":
+        p.error("--flush-l2 needs --timing events (a graph replays its calls back to back)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    shapes = [(i, SUITE[i - 1]) for i in (args.shapes or range(1, len(SUITE) + 1))]
+    if args.dry_run:
+        print(plan(shapes, args))
+        return 0
+    why = device_gate()
+    if why:
+        print(f"dense_gemm_device_bench: no ROCm gfx950 GPU here ({why}); nothing timed. The plan:\n")
+        print(plan(shapes, args))
+        return 0
+    return run(args, shapes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

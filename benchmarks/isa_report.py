@@ -1,0 +1,382 @@
+"""The dense GEMM kernel's main K loop, read from its gfx950 assembly, for every curated config,
+and a simple MI355X model of each config on the 15 BF16 NT shapes of
+``dense_gemm_device_bench.SUITE``. Static evidence only: nothing here runs a kernel.
+
+    python benchmarks/isa_report.py [--layouts nt] [--dtype bf16] [--breadth curated]
+        [--configs KEY,KEY] [--no-model] [--model-rows best|all] [--isa-dir DIR]
+
+Per config (compiled for gfx950 on this CPU, bf16, layout ``nt`` = A row-major ``[M, K]``, B
+given as ``W[N, K].t()``; other layouts with ``--layouts``), per K tile of the main loop
+(``torch_flydsl.runtime.isa`` defines every count): MFMAs, DMAs (async global->LDS loads) and
+how many sit between MFMAs, the ``s_waitcnt`` values (``vmcnt(0)`` flagged), barriers,
+branches besides the back edge, SALU, the longest MFMA-free run; then VGPR/AGPR/SGPR/LDS,
+spills/scratch, workgroups per CU and waves per SIMD (estimates from VGPRs and LDS), and the
+issue-9 checks (``done_when_problems``).
+
+FlyDSL writes the ISA only when it lowers a kernel, so run this in a fresh process (a kernel
+compiled earlier in the same process comes from FlyDSL's in-memory cache, with no ISA).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dense_gemm_device_bench import SUITE, problem_for  # noqa: E402
+
+from torch_flydsl.runtime.artifact import (  # noqa: E402
+    LDS_BYTES_PER_CU,
+    MAX_WAVES_PER_SIMD,
+    SIMDS_PER_CU,
+    UNIFIED_VGPRS_PER_LANE,
+    VGPR_GRANULE,
+    WAVE_SIZE,
+    KernelResources,
+)
+from torch_flydsl.runtime.isa import LoopMetrics, loop_metrics, mfma_per_k_tile  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+MIN_STEADY_K_TILES = 4  # the issue's checks apply to configs that run at least this many K tiles
+
+
+# -- compile and read --------------------------------------------------------------------------
+
+
+def operand(rows: int, cols: int, major: str, dtype) -> torch.Tensor:
+    """A CPU stand-in ``[rows, cols]``: row-major for 'n', stored transposed for 't'."""
+    return torch.empty(rows, cols, dtype=dtype) if major == "n" else torch.empty(cols, rows, dtype=dtype).t()
+
+
+def compile_with_isa(cfg, layout: str, dtype, dump_dir: Path):
+    """Compile ``cfg`` for gfx950 with FlyDSL's dump on; ``(compiled kernel, ISA lines)``.
+    The problem is 512 x 512 x 4 K tiles (sizes are runtime values: the loop is the same for
+    every shape without a K tail)."""
+    from torch_flydsl.runtime.compile import compile_gfx950
+    from torch_flydsl.templates.dense_gemm.launcher import compile_args
+
+    m, n, k = 512, 512, 4 * cfg.block_k
+    a, b = operand(m, k, layout[0], dtype), operand(k, n, layout[1], dtype)
+    out = torch.empty(m, n, dtype=dtype)
+    jit_fn, jit_args = compile_args(cfg, a, b, out, None)
+    saved = {v: os.environ.get(v) for v in ("FLYDSL_DUMP_IR", "FLYDSL_DUMP_DIR")}
+    os.environ.update(FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=str(dump_dir))
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # FlyDSL prints a line per dumped pass
+            ck = compile_gfx950(jit_fn, *jit_args)
+    finally:
+        for var, val in saved.items():
+            if val is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = val
+    files = sorted(Path(dump_dir).glob("**/*final_isa.s"))
+    if len(files) != 1:
+        raise RuntimeError(f"{cfg.key()} {layout}: expected one ISA under {dump_dir}, found {len(files)} (a kernel "
+                           "compiled earlier in this process is not lowered again: use a fresh process)")
+    return ck, files[0].read_text().splitlines()
+
+
+def gemm_kernel(ck) -> KernelResources:
+    """The GEMM among a compile's kernels (a split-K compile also holds its reduction kernel,
+    which uses no LDS)."""
+    return max(ck.kernels, key=lambda k: (k.lds_bytes, k.vgpr))
+
+
+def workgroups_per_cu(kr: KernelResources, threads: int) -> int:
+    """Resident workgroups per CU, limited by unified VGPRs, LDS and 8 waves per SIMD (the same
+    estimate as ``KernelResources.waves_per_simd``)."""
+    waves = max(1, -(-threads // WAVE_SIZE))
+    vgprs = max(VGPR_GRANULE, -(-kr.vgpr // VGPR_GRANULE) * VGPR_GRANULE)
+    waves_per_simd_by_vgpr = min(MAX_WAVES_PER_SIMD, UNIFIED_VGPRS_PER_LANE // vgprs)
+    by_vgpr = waves_per_simd_by_vgpr * SIMDS_PER_CU // waves
+    by_lds = LDS_BYTES_PER_CU // kr.lds_bytes if kr.lds_bytes else by_vgpr
+    return min(by_vgpr, by_lds)
+
+
+@dataclass
+class ConfigReport:
+    cfg: object  # DenseGemmConfig
+    layout: str
+    kernel: KernelResources
+    metrics: Optional[LoopMetrics]
+    seconds: float
+    kernels: int = 1  # kernels in the compile (2 with split-K's reduction)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.cfg.key()
+
+    @property
+    def wg_per_cu(self) -> int:
+        return workgroups_per_cu(self.kernel, self.cfg.threads)
+
+    @property
+    def waves_per_simd(self) -> int:
+        return self.kernel.waves_per_simd(self.cfg.threads)
+
+
+def collect(configs, layouts=("nt",), dtype=torch.bfloat16, dump_root: Optional[Path] = None) -> list[ConfigReport]:
+    """Compile every (config, layout) with its ISA dumped under its own directory and read it."""
+    reports = []
+    with tempfile.TemporaryDirectory(prefix="isa_report_") as tmp:
+        root = Path(dump_root or tmp)
+        for cfg in configs:
+            for layout in layouts:
+                ck, lines = compile_with_isa(cfg, layout, dtype, root / f"{layout}_{cfg.key()}")
+                per_tile = mfma_per_k_tile(cfg.block_m, cfg.block_n, cfg.block_k, cfg.waves)
+                reports.append(ConfigReport(cfg, layout, gemm_kernel(ck), loop_metrics(lines, per_tile), ck.seconds,
+                                            len(ck.kernels)))
+    return reports
+
+
+# -- issue 9's checks ----------------------------------------------------------------------------
+
+
+def k_tiles_per_workgroup(cfg, k: int) -> int:
+    return -(-(-(-k // cfg.block_k)) // getattr(cfg, "split_k", 1))
+
+
+def offered(cfg, m: int, n: int, k: int) -> bool:
+    """Whether the family offers ``cfg`` for this suite shape (it fits, and split-K pays)."""
+    from torch_flydsl.templates.base import Decline
+    from torch_flydsl.templates.dense_gemm.config import config_fits
+
+    p = problem_for(m, n, k)
+    return not isinstance(p, Decline) and config_fits(cfg, p) is None
+
+
+def runs_steady_state(cfg) -> bool:
+    """Whether some suite shape the family offers ``cfg`` for gives each of its workgroups at
+    least ``MIN_STEADY_K_TILES`` K tiles (only there does the steady-state loop matter)."""
+    return any(offered(cfg, m, n, k) and k_tiles_per_workgroup(cfg, k) >= MIN_STEADY_K_TILES for m, n, k in SUITE)
+
+
+def done_when_problems(r: ConfigReport) -> list[str]:
+    """Issue 9's done-when criteria for one config, as the reasons it fails them (empty: passes):
+    the main loop waits no ``vmcnt(0)``, at least half its DMAs sit between MFMAs, it carries
+    no branch besides its back edge, and the kernel holds >= 2 waves per SIMD."""
+    m = r.metrics
+    if m is None:
+        return ["no main loop with MFMAs found"]
+    p = []
+    if m.drains_vmcnt:
+        p.append(f"vmcnt(0) in the loop (waits {list(m.vmcnt)})")
+    if 2 * m.dma_between < m.dma:
+        p.append(f"{m.dma_between} of {m.dma} DMAs between MFMAs")
+    if m.extra_branches:
+        p.append(f"{m.extra_branches} branch(es) besides the back edge")
+    if r.waves_per_simd < 2:
+        p.append(f"{r.waves_per_simd} wave(s) per SIMD")
+    return p
+
+
+# -- printing --------------------------------------------------------------------------------------
+
+
+def golden_line(r: ConfigReport) -> str:
+    """One compact line per config: the schedule goldens (test_dense_gemm_schedule.py)."""
+    k = r.kernel
+    loop = r.metrics.summary() if r.metrics else "no main loop"
+    return (f"{r.key} {r.layout}: {loop}; vgpr {k.vgpr} agpr {k.agpr} sgpr {k.sgpr} lds {k.lds_bytes} "
+            f"spills {k.spills} scratch {k.scratch_bytes}; {r.wg_per_cu} wg/CU, {r.waves_per_simd} waves/SIMD")
+
+
+def _g(x: float) -> str:
+    return f"{x:g}"
+
+
+def schedule_rows(reports: list[ConfigReport]) -> tuple[list, list]:
+    headers = ["config", "layout", "tiles/iter", "MFMA", "DMA", "DMA betw.", "vmcnt waits", "lgkmcnt waits",
+               "barriers", "branches+BE", "SALU", "max MFMA-free", "VGPR", "AGPR", "SGPR", "LDS B", "spills",
+               "scratch", "wg/CU", "waves/SIMD", "issue 9"]
+    rows = []
+    for r in reports:
+        m, k = r.metrics, r.kernel
+        checks = "ok" if not done_when_problems(r) else "; ".join(done_when_problems(r))
+        if m is None:
+            loop = ["-"] * 10
+        else:
+            t = m.per_tile
+            vm = ",".join(map(str, m.vmcnt)) + (" (vmcnt(0)!)" if m.drains_vmcnt else "")
+            lgkm = f"{len(m.lgkmcnt)}: {','.join(map(str, sorted(set(m.lgkmcnt))))}" if m.lgkmcnt else "-"
+            loop = [_g(m.tiles), _g(t(m.mfma)), _g(t(m.dma)), _g(t(m.dma_between)), vm or "-", lgkm,
+                    _g(t(m.barriers)), f"{m.extra_branches}+1", _g(t(m.salu)), m.longest_mfma_free]
+        rows.append([r.key, r.layout, *loop, k.vgpr, k.agpr, k.sgpr, k.lds_bytes, k.spills, k.scratch_bytes,
+                     r.wg_per_cu, r.waves_per_simd, checks])
+    return headers, rows
+
+
+# -- the MI355X model ------------------------------------------------------------------------------
+
+CUS = 256
+CLOCK_HZ = 2.4e9
+MFMA_CYCLES = 16  # v_mfma_f32_16x16x32_bf16 per SIMD (LLVM's gfx950 scheduling model)
+HBM_BYTES_PER_S = 8e12
+# L2 -> CU reads: 16 channels x 128 B per clock per XCD (CDNA3's L2, assumed unchanged on CDNA4),
+# shared by the XCD's 32 CUs.
+L2_BYTES_PER_CLOCK_PER_CU = 16 * 128 / 32
+ELEM_BYTES = 2
+
+ASSUMPTIONS = f"""\
+MODEL, NOT MEASUREMENT: MI355X as {CUS} CUs x {SIMDS_PER_CU} SIMDs at {CLOCK_HZ / 1e9:g} GHz, {HBM_BYTES_PER_S / 1e12:g} TB/s HBM.
+- compute: every MFMA the grid issues (whole tiles: M, N and K rounded up to the tile) costs {MFMA_CYCLES} cycles
+  on one SIMD (v_mfma_f32_16x16x32_bf16), spread over all {CUS * SIMDS_PER_CU} SIMDs; scaled up when a CU's
+  resident waves (waves per workgroup x workgroups resident on it) fill fewer than {SIMDS_PER_CU} SIMDs.
+  Nothing else costs time: no LDS, address, wait or barrier cycles, no latency (the loop schedule the
+  table above shows is exactly what this model does NOT see).
+- HBM: A, B and C cross HBM once each (2 bytes per element: every re-read of an A or B tile by another
+  workgroup hits L2 or the Infinity Cache); split-K adds its fp32 workspace, written once and read once.
+- L2: every workgroup reads its (block_m + block_n) x K operand strips into LDS at
+  {L2_BYTES_PER_CLOCK_PER_CU:g} B/clock per CU (16 x 128 B/clock per XCD of 32 CUs: CDNA3's L2, assumed for
+  CDNA4); this is what makes small tiles lose on large shapes.
+- tail quantisation: workgroups spread evenly over the {CUS} CUs; the busiest CU holds ceil(grid/{CUS}) of them,
+  so predicted = max(compute, HBM, L2) x ceil(grid/{CUS}) x {CUS} / grid (an idle CU's share of MFMA, HBM
+  and L2 throughput is lost: pessimistic for HBM when a small grid could still saturate it).
+  'rounds' = ceil(grid / ({CUS} x workgroups resident per CU)), residency from VGPRs and LDS.
+- not modelled: launch overhead, the split-K reduction kernel's own launch, clocks under load, the Infinity
+  Cache's bandwidth, XCD placement, DMA latency and how many bytes each workgroup keeps in flight."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    config: str
+    grid: int
+    wg_per_cu: int
+    rounds: int
+    compute_us: float
+    hbm_us: float
+    l2_us: float
+    tail: float
+    predicted_us: float
+    tflops: float
+
+
+def predict(cfg, wg_per_cu: int, m: int, n: int, k: int) -> Prediction:
+    """The model's time for ``cfg`` (with ``wg_per_cu`` resident workgroups per CU) on one
+    ``m x n x k`` GEMM (ASSUMPTIONS says what it counts)."""
+    split = getattr(cfg, "split_k", 1)
+    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    grid = tiles * split
+    k_padded = -(-k // cfg.block_k) * cfg.block_k
+    mfmas = tiles * (cfg.block_m // 16) * (cfg.block_n // 16) * (k_padded // 32)
+    per_cu = -(-grid // CUS)
+    resident_waves = cfg.waves * min(max(1, wg_per_cu), per_cu)
+    simd_fill = min(SIMDS_PER_CU, resident_waves) / SIMDS_PER_CU
+    compute = mfmas * MFMA_CYCLES / (CUS * SIMDS_PER_CU) / CLOCK_HZ / simd_fill
+    nbytes = ELEM_BYTES * (m * k + n * k + m * n) + (2 * 4 * split * m * n if split > 1 else 0)
+    hbm = nbytes / HBM_BYTES_PER_S
+    l2 = grid * (cfg.block_m + cfg.block_n) * (k_padded // split) * ELEM_BYTES / (
+        CUS * L2_BYTES_PER_CLOCK_PER_CU * CLOCK_HZ)
+    tail = per_cu * CUS / grid
+    t = max(compute, hbm, l2) * tail
+    rounds = -(-grid // (CUS * max(1, wg_per_cu)))
+    return Prediction(cfg.key(), grid, wg_per_cu, rounds, compute * 1e6, hbm * 1e6, l2 * 1e6, tail, t * 1e6,
+                      2 * m * n * k / t / 1e12)
+
+
+def model(reports: list[ConfigReport], shapes=SUITE) -> list[tuple[tuple[int, int, int], list[Prediction]]]:
+    """Per shape, the prediction of every reported config the family offers for it (one report
+    per config: the first layout's)."""
+    by_key = {}
+    for r in reports:
+        by_key.setdefault(r.key, r)
+    out = []
+    for m, n, k in shapes:
+        preds = [predict(r.cfg, r.wg_per_cu, m, n, k) for r in by_key.values() if offered(r.cfg, m, n, k)]
+        out.append(((m, n, k), preds))
+    return out
+
+
+def best_of(preds: list[Prediction]) -> Prediction:
+    """The fastest prediction; among equal ones, the one with the least total pressure
+    (compute + HBM + L2 time: the most slack for what the model leaves out)."""
+    return min(preds, key=lambda p: (round(p.predicted_us, 6), p.compute_us + p.hbm_us + p.l2_us))
+
+
+def model_rows(results, which: str = "all") -> tuple[list, list]:
+    headers = ["shape", "config", "grid", "wg/CU", "rounds", "compute us", "HBM us", "L2 us", "tail x",
+               "predicted us", "TFLOP/s", "best"]
+    rows = []
+    for (m, n, k), preds in results:
+        if not preds:
+            rows.append([f"{m}x{n}x{k}", "no config offered"] + [None] * 10)
+            continue
+        best = best_of(preds)
+        for p in (preds if which == "all" else [best]):
+            rows.append([f"{m}x{n}x{k}", p.config, p.grid, p.wg_per_cu, p.rounds, round(p.compute_us, 2),
+                         round(p.hbm_us, 2), round(p.l2_us, 2), round(p.tail, 3), round(p.predicted_us, 2),
+                         round(p.tflops, 1), "<- best" if p is best else ""])
+    return headers, rows
+
+
+def main(argv=None) -> int:
+    from tabulate import tabulate
+
+    from torch_flydsl.runtime.probe import flydsl_info
+    from torch_flydsl.templates.dense_gemm.config import DenseGemmConfig, search_space
+
+    p = argparse.ArgumentParser(description="Main K loop of every dense GEMM config from its gfx950 ISA, and an "
+                                            "MI355X model (no GPU)")
+    p.add_argument("--breadth", default="curated", choices=["baseline", "curated", "exhaustive"])
+    p.add_argument("--configs", default=None, help="comma-separated config keys (default: the breadth's configs)")
+    p.add_argument("--layouts", default="nt", help="comma-separated: nn,nt,tn,tt")
+    p.add_argument("--dtype", default="bf16", choices=list(DTYPES))
+    p.add_argument("--no-model", action="store_true", help="skip the MI355X model")
+    p.add_argument("--model-rows", default="all", choices=["all", "best"],
+                   help="every (shape, config) prediction, or the best config per shape only")
+    p.add_argument("--isa-dir", default=None, help="keep the dumped ISA here (default: a temporary directory)")
+    p.add_argument("--json", default=None, help="also write the loop metrics and checks to this file")
+    args = p.parse_args(argv)
+    info = flydsl_info()
+    if not info.usable:
+        print(f"isa_report: flydsl is unusable here: {info.reason}")
+        return 1
+    configs = ([DenseGemmConfig.from_key(c) for c in args.configs.split(",")] if args.configs
+               else search_space(args.breadth))
+    reports = collect(configs, args.layouts.split(","), DTYPES[args.dtype], Path(args.isa_dir) if args.isa_dir else None)
+    headers, rows = schedule_rows(reports)
+    print(f"Main K loop per K tile, {args.dtype}, flydsl {info.version}, gfx950 ISA compiled on the CPU "
+          "(definitions: torch_flydsl/runtime/isa.py)")
+    print(tabulate(rows, headers=headers, disable_numparse=True))
+    failing = [r.key + " " + r.layout for r in reports if done_when_problems(r)]
+    print(f"\nissue 9 checks (no vmcnt(0) in the loop, >= half the DMAs between MFMAs, no branch besides the back "
+          f"edge, >= 2 waves/SIMD): {len(reports) - len(failing)} of {len(reports)} pass"
+          + (f"; failing: {', '.join(failing)}" if failing else ""))
+    print(f"compile: {sum(r.seconds for r in reports):.1f} s for {len(reports)} kernels")
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            [{"config": r.key, "layout": r.layout, "line": golden_line(r), "problems": done_when_problems(r)}
+             for r in reports], indent=1))
+    if not args.no_model:
+        first = [r for r in reports if r.layout == args.layouts.split(",")[0]]
+        results = model(first)
+        print("\n" + ASSUMPTIONS + "\n")
+        h, rows = model_rows(results, args.model_rows)
+        print(tabulate(rows, headers=h, missingval="-", disable_numparse=True))
+        print("\nBest config per shape (model, not measurement):")
+        best_rows = []
+        for (m, n, k), preds in results:
+            if preds:
+                b = best_of(preds)
+                bound = max((b.compute_us, "compute"), (b.hbm_us, "HBM"), (b.l2_us, "L2"))[1]
+                best_rows.append([f"{m}x{n}x{k}", b.config, round(b.predicted_us, 2), round(b.tflops, 1), bound,
+                                  round(b.tail, 3)])
+        print(tabulate(best_rows, headers=["shape", "best config", "predicted us", "TFLOP/s", "bound", "tail x"],
+                       disable_numparse=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The dense GEMM kernel's main K loop, per curated config, from its gfx950 ISA (bf16, NT):
+recorded with expecttest so that a schedule change shows up in review as a diff of per-tile
+MFMAs, DMAs (and how many sit between MFMAs), waits, barriers, branches, SALU and resources;
+and issue 9's done-when criteria checked for every config that runs a steady state.
+
+Every curated config is compiled once per session, in one fresh process (FlyDSL writes the ISA
+only when it lowers a kernel), by ``benchmarks/isa_report.py``; counts are defined in
+``torch_flydsl/runtime/isa.py``. Recorded with flydsl 0.5.0 (other releases lower differently:
+skipped there). Re-record with EXPECTTEST_ACCEPT=1.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from expecttest import assert_expected_inline
+
+from torch_flydsl.runtime.probe import flydsl_info
+
+from rendered_kit import summary_in_subprocess
+
+pytestmark = [
+    pytest.mark.compile,
+    pytest.mark.skipif(flydsl_info().version != "0.5.0", reason="goldens recorded with flydsl 0.5.0"),
+]
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def render(dump_dir: str) -> str:
+    """Run in the fresh process: every curated config's loop line, checks and steady-state flag."""
+    import torch
+
+    sys.path.insert(0, str(BENCHMARKS))
+    import isa_report
+
+    from torch_flydsl.templates.dense_gemm.config import search_space
+
+    reports = isa_report.collect(search_space("curated"), ("nt",), torch.bfloat16, Path(dump_dir))
+    return json.dumps([{"config": r.key, "line": isa_report.golden_line(r),
+                        "problems": isa_report.done_when_problems(r),
+                        "steady": isa_report.runs_steady_state(r.cfg)} for r in reports])
+
+
+@pytest.fixture(scope="module")
+def curated(tmp_path_factory):
+    return json.loads(summary_in_subprocess(__file__, "render", (), tmp_path_factory.mktemp("isa")))
+
+
+def test_every_curated_config_is_reported_and_has_a_main_loop(curated):
+    from torch_flydsl.templates.dense_gemm.config import search_space
+
+    assert [c["config"] for c in curated] == [cfg.key() for cfg in search_space("curated")]
+    assert all("no main loop" not in c["line"] for c in curated)
+    assert any(c["steady"] for c in curated)
+
+
+def test_main_loop_schedule_of_every_curated_config(curated):
+    assert_expected_inline("\n".join(c["line"] for c in curated), """\
+m128n128k64_w2x2_s2_g0 nt: 1 tile(s)/iter; per tile mfma 32, dma 8 (0 between mfma), vmcnt [0], lgkmcnt x12, barrier 1, branches 2+1, salu 18; mfma-free run 48, loop 105 instrs; vgpr 112 agpr 0 sgpr 30 lds 65536 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m16n32k128_w1x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 4, dma 6 (0 between mfma), vmcnt [0,6], lgkmcnt x4, barrier 1, branches 4+1, salu 32; mfma-free run 62, loop 77 instrs; vgpr 40 agpr 0 sgpr 30 lds 36864 spills 0 scratch 0; 4 wg/CU, 2 waves/SIMD
+m16n64k128_w1x2_s2_g0 nt: 1 tile(s)/iter; per tile mfma 8, dma 10 (0 between mfma), vmcnt [0], lgkmcnt x8, barrier 1, branches 2+1, salu 23; mfma-free run 56, loop 86 instrs; vgpr 44 agpr 0 sgpr 30 lds 40960 spills 0 scratch 0; 4 wg/CU, 2 waves/SIMD
+m16n128k128_w1x4_s2_g0 nt: 1 tile(s)/iter; per tile mfma 8, dma 9 (0 between mfma), vmcnt [0], lgkmcnt x8, barrier 1, branches 2+1, salu 22; mfma-free run 54, loop 84 instrs; vgpr 46 agpr 0 sgpr 30 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m32n128k64_w1x4_s3_g0 nt: 1 tile(s)/iter; per tile mfma 8, dma 5 (0 between mfma), vmcnt [0,5], lgkmcnt x4, barrier 1, branches 4+1, salu 30; mfma-free run 57, loop 74 instrs; vgpr 48 agpr 0 sgpr 30 lds 61440 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m64n64k64_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 8, dma 4 (0 between mfma), vmcnt [0,4], lgkmcnt x4, barrier 1, branches 4+1, salu 27; mfma-free run 52, loop 69 instrs; vgpr 52 agpr 0 sgpr 31 lds 49152 spills 0 scratch 0; 3 wg/CU, 3 waves/SIMD
+m64n128k64_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 16, dma 6 (0 between mfma), vmcnt [0,6], lgkmcnt x8, barrier 1, branches 4+1, salu 32; mfma-free run 63, loop 94 instrs; vgpr 78 agpr 0 sgpr 30 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m128n64k64_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 16, dma 6 (0 between mfma), vmcnt [0,6], lgkmcnt x8, barrier 1, branches 4+1, salu 32; mfma-free run 60, loop 95 instrs; vgpr 74 agpr 0 sgpr 35 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m128n128k64_w2x2_s3_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 8 (0 between mfma), vmcnt [0,8], lgkmcnt x12, barrier 1, branches 4+1, salu 31; mfma-free run 64, loop 121 instrs; vgpr 112 agpr 0 sgpr 31 lds 98304 spills 0 scratch 0; 1 wg/CU, 1 waves/SIMD
+m128n256k64_w2x4_s2_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 6 (0 between mfma), vmcnt [0], lgkmcnt x12, barrier 1, branches 2+1, salu 19; mfma-free run 44, loop 102 instrs; vgpr 108 agpr 0 sgpr 31 lds 98304 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD
+m256n128k64_w4x2_s2_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 6 (0 between mfma), vmcnt [0], lgkmcnt x12, barrier 1, branches 2+1, salu 20; mfma-free run 48, loop 105 instrs; vgpr 110 agpr 0 sgpr 31 lds 98304 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD
+m256n256k64_w2x4_s2_g8 nt: 1 tile(s)/iter; per tile mfma 64, dma 8 (0 between mfma), vmcnt [0], lgkmcnt x20, barrier 1, branches 2+1, salu 18; mfma-free run 52, loop 161 instrs; vgpr 176 agpr 0 sgpr 32 lds 135168 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD""")
+
+
+@pytest.mark.xfail(strict=True, reason="issue 9: steady-state schedule not landed")
+def test_issue_9_done_when_every_steady_state_config_passes(curated):
+    """For every curated config offered where its workgroups run >= 4 K tiles: no vmcnt(0) in the
+    main loop, at least half its DMAs between MFMAs, no branch besides the back edge, and >= 2
+    waves per SIMD."""
+    failing = {c["config"]: c["problems"] for c in curated if c["steady"] and c["problems"]}
+    assert not failing, "\n".join(f"{k}: {'; '.join(v)}" for k, v in failing.items())
