@@ -204,7 +204,8 @@ def measure(fn: Callable, ref, args, flush) -> dict:
                 return entry
             except Exception as e:  # something in the call cannot be captured
                 entry["graph_error"] = f"{type(e).__name__}: {e}"[:200]
-                torch.cuda.synchronize()
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
         entry["ms"], entry["timed"] = time_ms(fn, args.warmup, args.iters, flush), "events"
     except Exception as e:  # compile or launch failure
         entry["error"] = f"{type(e).__name__}: {e}"[:200]
