@@ -17,6 +17,7 @@ from ..runtime.probe import flydsl_info
 from ..registry import Family, family_for
 from ..serving import deferral
 from ..templates.base import Decline, TensorMeta
+from .versions import size_hint
 
 
 @dataclass
@@ -25,6 +26,7 @@ class Offer:
     family: Optional[Family] = None
     configs: list = field(default_factory=list)  # the family's config objects (``.key()``)
     declined: list[tuple[Optional[Any], Decline]] = field(default_factory=list)
+    varying: Optional[str] = None  # the output sizes known only at run time, with their hints
 
     def decline(self, category: str, reason: str) -> "Offer":
         self.declined.append((None, Decline(category, reason)))
@@ -49,6 +51,43 @@ def tensor_meta(node) -> Optional[TensorMeta]:
         return None
     device = node.get_device()
     return TensorMeta(tuple(size), tuple(stride), node.get_dtype(), offset, device.type if device else "cpu")
+
+
+def _maybe_static(x):
+    """An int for a static size/stride/offset, else its sympy expression."""
+    static = _static_int(x)
+    return x if static is None else static
+
+
+def symbolic_tensor_meta(node) -> TensorMeta:
+    """TensorMeta of an IR node whose sizes, strides or offset may be sympy expressions."""
+    device = node.get_device()
+    return TensorMeta(tuple(map(_maybe_static, node.get_size())), tuple(map(_maybe_static, node.get_stride())),
+                      node.get_dtype(), _maybe_static(node.get_layout().offset), device.type if device else "cpu")
+
+
+class ShapeFacts:
+    """What a family may ask about symbolic sizes of the graph being lowered (see
+    ``dense_gemm.eligibility``): answers hold for every value the symbols can take, as
+    Inductor's shape environment knows them, never only for the size hint."""
+
+    def __init__(self, sizevars):
+        self.sizevars = sizevars
+
+    def hint(self, x) -> int:
+        return x if isinstance(x, int) else size_hint(self.sizevars, x)
+
+    def multiple_of(self, x, d: int) -> bool:
+        return bool(self.sizevars.statically_known_multiple_of(sympy.sympify(x), d))
+
+    def geq(self, x, y) -> bool:
+        return bool(self.sizevars.statically_known_geq(sympy.sympify(x), sympy.sympify(y)))
+
+    def bounds(self, x) -> tuple[int, Optional[int]]:
+        r = self.sizevars.shape_env.bound_sympy(sympy.sympify(x))
+        # Unbounded ends are torch's int_oo, which is no sympy.Integer (and claims is_finite).
+        low = int(r.lower) if isinstance(r.lower, sympy.Integer) else 0
+        return max(low, 0), (int(r.upper) if isinstance(r.upper, sympy.Integer) else None)
 
 
 def inductor_gate() -> Optional[Decline]:
@@ -91,10 +130,11 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict, serving: Optiona
         tuple(_static_int(s) for s in layout.size), tuple(_static_int(s) for s in layout.stride),
         layout.dtype, _static_int(layout.offset) or 0, device.type,
     )
-    if any(m is None for m in metas) or None in out_meta.shape or None in out_meta.stride:
-        return offer.decline("shape", "dynamic (symbolic) shapes or strides are not supported")
     impl = family.impl()
-    problem = impl.problem_from_metas(op_name, metas, out_meta, scalars)
+    if any(m is None for m in metas) or None in out_meta.shape or None in out_meta.stride:
+        problem = _symbolic_problem(impl, family, op_name, nodes, layout, scalars)
+    else:
+        problem = impl.problem_from_metas(op_name, metas, out_meta, scalars)
     if isinstance(problem, Decline):
         offer.declined.append((None, problem))
         return offer
@@ -102,9 +142,33 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict, serving: Optiona
 
     breadth = config.autotune_breadth(getattr(ic, "max_autotune_gemm_search_space", "DEFAULT"))
     fitting, declined = impl.configs_for(problem, breadth)
+    offer.varying = _varying_sizes(layout)
     offer.configs.extend(fitting)
     offer.declined.extend(declined)
     return offer
+
+
+def _symbolic_problem(impl, family, op_name: str, nodes, layout, scalars: dict):
+    """The family's problem for a node with symbolic sizes, strides or offsets (dynamic shapes),
+    or why not. Families opt in with ``problem_from_symbolic_metas``."""
+    from torch._inductor.virtualized import V
+
+    check = getattr(impl, "problem_from_symbolic_metas", None)
+    if check is None:
+        return Decline("shape", f"dynamic (symbolic) shapes or strides are not supported by the {family.name} family")
+    out_meta = TensorMeta(tuple(map(_maybe_static, layout.size)), tuple(map(_maybe_static, layout.stride)),
+                          layout.dtype, _maybe_static(layout.offset), layout.device.type)
+    return check(op_name, [symbolic_tensor_meta(n) for n in nodes], out_meta, scalars, ShapeFacts(V.graph.sizevars))
+
+
+def _varying_sizes(layout) -> Optional[str]:
+    """``"s0 (size hint 64)"`` for the output's symbolic sizes, None when all are static."""
+    from torch._inductor.virtualized import V
+
+    varying = [s for s in layout.size if _static_int(s) is None]
+    if not varying:
+        return None
+    return ", ".join(f"{s} (size hint {size_hint(V.graph.sizevars, s)})" for s in varying)
 
 
 def no_config_fits(declined: list[tuple[Optional[Any], Decline]]) -> Optional[str]:
@@ -127,7 +191,9 @@ _warned_versions: set = set()
 
 def log_offer(offer: Offer, where: str) -> None:
     if offer.configs:
-        log.info("%s: offering %d FlyDSL config(s): %s", where, len(offer.configs), ", ".join(c.key() for c in offer.configs))
+        every = f" for every {offer.varying}" if offer.varying else ""
+        log.info("%s: offering %d FlyDSL config(s)%s: %s", where, len(offer.configs), every,
+                 ", ".join(c.key() for c in offer.configs))
     else:
         summary = no_config_fits(offer.declined)
         if summary:

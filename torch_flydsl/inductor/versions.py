@@ -35,3 +35,10 @@ def untested_torch() -> Optional[str]:
         newest = ".".join(map(str, NEWEST_TESTED_TORCH))
         return f"torch {torch.__version__} is newer than the newest release torch_flydsl was tested on ({newest})"
     return None
+
+
+def size_hint(sizevars, expr) -> int:
+    """Inductor's size hint for ``expr`` (the value autotuning times): ``optimization_hint`` on
+    torch 2.11+, ``size_hint`` where a later release drops that name."""
+    hint = getattr(sizevars, "optimization_hint", None) or sizevars.size_hint
+    return int(hint(expr))

@@ -102,3 +102,116 @@ def check_problem(
             return d
         bias_kind = "row"
     return GemmProblem(m, n, k, a.dtype, a_major, b_major, bias_kind)
+
+
+# -- M known only at run time (torch.compile dynamic shapes) ---------------------------------
+#
+# Sizes, strides and offsets of the operands may then be symbolic expressions (sympy, from the
+# compiler) besides ints. The family does no symbolic algebra itself: ``facts`` answers for it,
+# for every value the symbols can take (never just the hint), with
+#   hint(x) -> int                 the compiler's size hint of x (what autotuning times)
+#   multiple_of(x, d) -> bool      True only when x is provably a multiple of d
+#   geq(x, y) -> bool              True only when x >= y provably
+#   bounds(x) -> (int, int | None) lower and upper bound of x (None: unbounded)
+
+
+def _static(x) -> bool:
+    return isinstance(x, int)
+
+
+def _at_hint(t: TensorMeta, facts) -> TensorMeta:
+    return t.replace(shape=tuple(map(facts.hint, t.shape)), stride=tuple(map(facts.hint, t.stride)),
+                     offset=facts.hint(t.offset))
+
+
+def _major_for_every_m(name: str, t: TensorMeta, major: str, facts) -> Optional[Decline]:
+    """``t`` keeps the ``major`` it has at the hint for every M: unit stride along its inner
+    dimension (or an inner extent of 1) and a leading stride no smaller than that extent."""
+    (rows, cols), (s0, s1) = t.shape, t.stride
+    unit, lead, inner, outer = (s1, s0, cols, rows) if major == "row" else (s0, s1, rows, cols)
+    if (unit == 1 or inner == 1) and (outer == 1 or facts.geq(lead, inner)):
+        return None
+    return Decline("layout", f"{name} strides {t.stride} for shape {list(t.shape)} are {major}-major at the size "
+                             "hint but not provably for every size")
+
+
+def _aligned_for_every_m(name: str, t: TensorMeta, lead, facts) -> Optional[Decline]:
+    """``check_aligned`` for every M: proven, not sampled at the hint."""
+    from ..base import ALIGN_BYTES
+
+    if not facts.multiple_of(t.offset * t.itemsize, ALIGN_BYTES):
+        return Decline("alignment", f"{name} starts {t.offset} elements into its storage, which is not provably "
+                                    f"on a {ALIGN_BYTES}-byte boundary for every size")
+    if lead is not None and not facts.multiple_of(lead * t.itemsize, ALIGN_BYTES):
+        return Decline("alignment", f"{name}'s leading stride {lead} is not provably a multiple of {ALIGN_BYTES} "
+                                    "bytes for every size (one compiled kernel serves them all)")
+    return None
+
+
+def _ends_on_a_dword_for_every_m(name: str, t: TensorMeta, contig_dim: str, facts) -> Optional[Decline]:
+    """``_check_ends_on_a_dword`` for every M (sizes and strides are non-negative)."""
+    span = (sum((n - 1) * s for n, s in zip(t.shape, t.stride)) + 1) * t.itemsize
+    if facts.multiple_of(span, 4):
+        return None
+    return Decline("shape", f"{name} is contiguous along {contig_dim} and its span of {span} bytes does not provably "
+                            "end on a 4-byte dword for every size: the kernel's 16-byte loads are range-checked "
+                            "per dword and could not read its last element without reading past the tensor")
+
+
+def check_problem_for_every_m(a: TensorMeta, b: TensorMeta, out: TensorMeta, bias: Optional[TensorMeta] = None, *,
+                              facts) -> Union["DynamicM", GemmProblem, Decline]:
+    """``check_problem`` for operands whose M (and strides or offsets built from it) is symbolic.
+
+    The rules are ``check_problem``'s, evaluated at the size hint, plus proofs that the layout
+    and alignment facts the kernel relies on hold for every M. Limits that no proof can give for
+    an unbounded M (a span under 4 GiB, M within int32) are re-checked by the custom op on every
+    call, which computes PyTorch's result for operands past them. N and K must be static: they
+    decide which configs fit (K tiles) and what the alignment proofs can rely on.
+    """
+    from .problem import DynamicM
+
+    if len(a.shape) != 2 or len(b.shape) != 2 or len(out.shape) != 2:
+        return Decline("shape", "only 2-D operands (mm/addmm) are supported")
+    m = a.shape[0]
+    varying = []
+    for dim, sizes in (("K", (a.shape[1], b.shape[0])), ("N", (b.shape[1], out.shape[1]))):
+        symbolic = [s for s in sizes if not _static(s)]
+        if symbolic:
+            varying.append(f"{dim}={symbolic[0]}")
+    if varying:
+        return Decline("shape", f"symbolic {' and '.join(varying)}: FlyDSL serves a size that varies at run time "
+                                "only for M (N and K decide which configs fit and what the alignment proofs rest on)")
+    if not (facts.geq(out.shape[0], m) and facts.geq(m, out.shape[0])):
+        return Decline("shape", f"the output has {out.shape[0]} rows and A has {m}")
+
+    hinted = [None if t is None else _at_hint(t, facts) for t in (a, b, out, bias)]
+    problem = check_problem(*hinted)
+    if isinstance(problem, Decline):
+        if _static(m):
+            return problem
+        return Decline(problem.category, f"{problem.reason} (at the size hint M={hinted[0].shape[0]})")
+    checks = [("A", a, problem.a_major), ("B", b, problem.b_major), ("output", out, "row")]
+    for name, t, major in checks:
+        d = _major_for_every_m(name, t, major, facts) or _aligned_for_every_m(name, t, leading_stride(t, major), facts)
+        if d:
+            return d
+    if problem.a_major == "col":
+        d = _ends_on_a_dword_for_every_m("A", a, "M", facts)
+        if d:
+            return d
+    if problem.b_major == "row":
+        d = _ends_on_a_dword_for_every_m("B", b, "N", facts)
+        if d:
+            return d
+    if bias is not None:
+        # The kernel reads one bias row: a [N] vector, or [M, N] expanded with a row stride of 0.
+        if not all(map(_static, bias.stride)) or (len(bias.shape) == 2 and bias.stride[0] != 0):
+            return Decline("layout", f"bias strides {bias.stride}: only a per-column vector ([N], or [M, N] "
+                                     "expanded with stride (0, 1)) is supported")
+        d = _aligned_for_every_m("bias", bias, None, facts)
+        if d:
+            return d
+    if _static(m):
+        return problem  # only strides or offsets were symbolic, and they are proven
+    low, high = facts.bounds(m)
+    return DynamicM(problem, str(m), max(1, low), min(INT32_MAX, INT32_MAX if high is None else high))

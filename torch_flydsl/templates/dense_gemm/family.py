@@ -51,10 +51,50 @@ def problem_from_metas(aten_op: str, inputs: list, out, scalars: dict):
     return check_problem(a, b, out, bias)
 
 
-def configs_for(problem, breadth: str):
-    from .config import configs_for as fit
+def problem_from_symbolic_metas(aten_op: str, inputs: list, out, scalars: dict, facts):
+    """``problem_from_metas`` for operands with symbolic sizes, strides or offsets (``torch.compile``
+    dynamic shapes): a ``DynamicM`` (M varies at run time), a ``GemmProblem`` (only strides or
+    offsets were symbolic), or a Decline. ``facts``: see ``eligibility.check_problem_for_every_m``."""
+    from ..base import Decline
+    from .eligibility import check_problem_for_every_m
 
-    return fit(problem, breadth)
+    if aten_op == "addmm":
+        alpha, beta = scalars.get("alpha", 1), scalars.get("beta", 1)
+        if not all(isinstance(s, (int, float)) for s in (alpha, beta)):
+            return Decline("shape", "symbolic alpha/beta")
+        bias, a, b = inputs
+    else:
+        (a, b), bias = inputs, None
+    return check_problem_for_every_m(a, b, out, bias, facts=facts)
+
+
+def configs_for(problem, breadth: str):
+    """The configs of ``breadth`` that fit ``problem``, and the others with their reasons. For a
+    ``DynamicM`` the one compiled choice serves every M: a config must fit at M's size hint and
+    at both ends of M's range (a fit that changes with M, as split-K's does, is declined)."""
+    from dataclasses import replace
+
+    from ..base import Decline
+    from .config import config_fits
+    from .config import configs_for as fit
+    from .problem import DynamicM
+
+    if not isinstance(problem, DynamicM):
+        return fit(problem, breadth)
+    fitting, declined = fit(problem.at_hint, breadth)
+    every_m = []
+    for cfg in fitting:
+        for m in (problem.m_min, problem.m_max):
+            d = config_fits(cfg, replace(problem.at_hint, m=m))
+            if d is not None:
+                why = d.reason.replace(f"{cfg.key()}: ", "")
+                declined.append((cfg, Decline(d.category, f"{cfg.key()}: fits M={problem.m} at its size hint "
+                                                          f"{problem.at_hint.m} but not at M={m} ({why}), and one "
+                                                          "compiled choice serves every M")))
+                break
+        else:
+            every_m.append(cfg)
+    return every_m, declined
 
 
 def call_kwargs(aten_op: str, scalars: dict) -> dict:

@@ -55,3 +55,18 @@ class GemmProblem:
     def from_layout(cls, m, n, k, dtype, layout="nt", bias: BiasKind = None) -> "GemmProblem":
         g = {"n": "row", "t": "col"}
         return cls(m, n, k, dtype, g[layout[0]], g[layout[1]], bias)
+
+
+@dataclass(frozen=True)
+class DynamicM:
+    """A GEMM whose M is known only at run time (``torch.compile`` dynamic shapes).
+
+    M is a kernel argument, so one compiled kernel per config serves every M. ``at_hint`` is the
+    problem at the compiler's size hint for M (what autotuning times); ``m`` names M's symbolic
+    expression; every M in ``m_min..m_max`` must be served by an offered config.
+    """
+
+    at_hint: GemmProblem
+    m: str
+    m_min: int
+    m_max: int

@@ -1,0 +1,198 @@
+"""Dynamic M: a GEMM whose batch varies at run time (``torch.compile(dynamic=True)`` or
+``torch._dynamo.mark_dynamic``) gets FlyDSL choices that take M at run time.
+
+The kernel receives M, N, K as arguments, so one compiled kernel per config serves every M; the
+dense family proves its layout and alignment rules for every M (not only Inductor's size hint)
+and declines what it cannot prove, saying why. Compiles run in fresh processes
+(``dynamic_linear_probe.py``); the first tests check the family's rules on symbolic sizes
+directly.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sympy
+import torch
+
+from test_injection import cache  # noqa: F401 (fixture)
+from torch_flydsl.templates.base import INT32_MAX, Decline, TensorMeta
+from torch_flydsl.templates.dense_gemm import family
+from torch_flydsl.templates.dense_gemm.eligibility import check_problem_for_every_m
+from torch_flydsl.templates.dense_gemm.problem import DynamicM
+
+PROBE = Path(__file__).with_name("dynamic_linear_probe.py")
+# A small curated config: 19 workgroups of 128 threads at M=300, K in one tile (fast to emulate).
+CFG = "m16n32k128_w1x2_s3_g0"
+BF16 = torch.bfloat16
+s0 = sympy.Symbol("s0", integer=True, positive=True)
+
+
+class SympyFacts:
+    """Answers about symbolic sizes from sympy alone: ``s0 >= 2`` (Dynamo's backed sizes), no
+    upper bound, size hint 64 (where every alignment rule holds: what fails is the proof)."""
+
+    def hint(self, x):
+        return int(sympy.sympify(x).subs(s0, 64))
+
+    def multiple_of(self, x, d):
+        return sympy.Mod(sympy.sympify(x), d) == 0
+
+    def geq(self, x, y):
+        # s0 >= 2 is s0 + 1 for a positive s0.
+        return bool(sympy.sympify(x - y).subs(s0, s0 + 1).is_nonnegative)
+
+    def bounds(self, x):
+        return 2, None
+
+
+def meta(shape, stride, offset=0):
+    return TensorMeta(tuple(shape), tuple(stride), BF16, offset)
+
+
+def linear_operands(a_stride=(128, 1), a_offset=0, k=128, n=64):
+    """x @ W.T with x [s0, k] and W [n, k] row-major, out [s0, n]."""
+    return meta((s0, k), a_stride, a_offset), meta((k, n), (1, k)), meta((s0, n), (n, 1))
+
+
+# -- the family's rules on symbolic sizes ------------------------------------------------------
+
+
+def test_a_symbolic_m_gives_the_problem_at_the_size_hint_and_the_range_of_m():
+    p = check_problem_for_every_m(*linear_operands(), facts=SympyFacts())
+    assert isinstance(p, DynamicM)
+    assert (p.at_hint.m, p.at_hint.n, p.at_hint.k, p.at_hint.layout) == (64, 64, 128, "nt")
+    assert (p.m, p.m_min, p.m_max) == ("s0", 2, INT32_MAX)
+
+
+def test_a_leading_stride_of_m_is_declined_because_its_alignment_is_not_proven_for_every_m():
+    # A column-major with stride (1, M): 16-byte aligned rows only when M is a multiple of 8.
+    a, b, out = linear_operands(a_stride=(1, s0))
+    d = check_problem_for_every_m(a, b, out, facts=SympyFacts())
+    assert d == Decline("alignment", "A's leading stride s0 is not provably a multiple of 16 bytes for every "
+                                     "size (one compiled kernel serves them all)")
+
+
+def test_a_leading_stride_that_is_a_multiple_of_8_elements_for_every_m_is_accepted():
+    a = meta((8 * s0, 128), (1, 8 * s0))
+    out = meta((8 * s0, 64), (64, 1))
+    p = check_problem_for_every_m(a, linear_operands()[1], out, facts=SympyFacts())
+    assert isinstance(p, DynamicM) and p.at_hint.layout == "tt" and p.at_hint.m == 512
+
+
+def test_an_offset_built_from_m_must_stay_16_byte_aligned_for_every_m():
+    ok = check_problem_for_every_m(*linear_operands(a_offset=128 * s0), facts=SympyFacts())
+    assert isinstance(ok, DynamicM)
+    d = check_problem_for_every_m(*linear_operands(a_offset=s0), facts=SympyFacts())
+    assert d.category == "alignment" and "A starts s0 elements into its storage" in d.reason
+
+
+@pytest.mark.parametrize("which", ["K", "N"])
+def test_a_symbolic_n_or_k_is_declined_with_the_reason(which):
+    k, n = (s0, 64) if which == "K" else (128, s0)
+    a, b, out = meta((32, k), (k, 1)), meta((k, n), (n, 1)), meta((32, n), (n, 1))
+    d = check_problem_for_every_m(a, b, out, facts=SympyFacts())
+    assert d.category == "shape" and d.reason.startswith(f"symbolic {which}=s0: FlyDSL serves a size that varies "
+                                                         "at run time only for M")
+
+
+def test_a_rule_broken_at_the_size_hint_is_reported_with_the_hint():
+    a, b, out = linear_operands()
+    d = check_problem_for_every_m(a.replace(dtype=torch.float32), b, out.replace(dtype=torch.float32),
+                                  facts=SympyFacts())
+    assert d.category == "dtype" and d.reason.endswith("(at the size hint M=64)")
+
+
+def test_a_config_whose_fit_changes_with_m_is_declined_for_a_dynamic_m(monkeypatch):
+    from torch_flydsl.templates.dense_gemm import config
+
+    small_m_only = config.DenseGemmConfig.from_key(CFG)
+    monkeypatch.setattr(config, "search_space", lambda breadth="curated": [small_m_only, config.BASELINE])
+    real_fits = config.config_fits
+
+    def fits(cfg, problem):  # stands for a fit that depends on M, as split-K's does
+        if cfg == small_m_only and problem.m > 4096:
+            return Decline("fit", f"{cfg.key()}: M={problem.m} is too large for this config")
+        return real_fits(cfg, problem)
+
+    monkeypatch.setattr(config, "config_fits", fits)
+    problem = check_problem_for_every_m(*linear_operands(), facts=SympyFacts())
+    offered, declined = family.configs_for(problem, "curated")
+    assert offered == [config.BASELINE]
+    assert declined == [(small_m_only, Decline("fit", f"{CFG}: fits M=s0 at its size hint 64 but not at "
+                                                       f"M={INT32_MAX} (M={INT32_MAX} is too large for this "
+                                                       "config), and one compiled choice serves every M"))]
+    # A static problem is unaffected.
+    static_offered, _ = family.configs_for(problem.at_hint, "curated")
+    assert static_offered == [small_m_only, config.BASELINE]
+
+
+# -- compiled nn.Linear, end to end ------------------------------------------------------------
+
+
+def run_linear(cache_dir, executor, **opts):
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), "TORCH_FLYDSL_INTREE_POLICY": "plugin",
+           "TORCH_FLYDSL_EXECUTOR": executor, "TORCH_FLYDSL_LOG": "info"}
+    r = subprocess.run([sys.executable, str(PROBE), json.dumps({"cfg": CFG, **opts})], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+SYMBOLIC_ROWS = re.compile(r"reinterpret_tensor\(\w+, \(s\d+, 64\), \(0, 1\), 0\)")
+
+
+def assert_one_kernel_serves_every_batch(r, batches):
+    for call in r["calls"]:
+        # The FlyDSL kernel (emulated) computed exactly this call's rows; the result is PyTorch's.
+        assert call["kernel_rows"] == [call["batch"]], call
+        assert call["rel_err"] < 1e-2 and call["rel_err_vs_eager"] < 1e-2, call
+    assert [c["batch"] for c in r["calls"]] == batches
+    assert r["kernel_compiles"] == 1 and r["emulator_programs"] == 1, r
+    assert r["flydsl_log"] == []
+
+
+@pytest.mark.emulator
+def test_dynamic_linear_runs_one_compiled_kernel_for_every_batch(cache):
+    batches = [1, 7, 64, 300]
+    r = run_linear(cache, "emulator", batches=batches)
+    assert_one_kernel_serves_every_batch(r, batches)
+    # Dynamo specializes a batch of 1 (its own 0/1 rule), then compiles one graph with a symbolic
+    # batch, which serves 7, 64 and 300 without recompiling: two graphs for four batches.
+    assert [c["compiled_graph"] for c in r["calls"]] == [True, True, False, False] and r["frames"] == 2
+    (dynamic_call,) = r["calls"][1]["flydsl_calls"]
+    assert "torch_flydsl.dense_addmm_out" in dynamic_call and SYMBOLIC_ROWS.search(dynamic_call), dynamic_call
+    assert any(re.fullmatch(rf"addmm node \S+: offering 1 FlyDSL config\(s\) for every s\d+ \(size hint 7\): {CFG}", n)
+               for n in r["flydsl_notes"]), r["flydsl_notes"]
+
+
+@pytest.mark.emulator
+def test_mark_dynamic_linear_runs_one_compiled_kernel_for_every_batch(cache):
+    batches = [7, 64, 1, 300]
+    r = run_linear(cache, "emulator", batches=batches, mode="mark_dynamic")
+    assert_one_kernel_serves_every_batch(r, batches)
+    assert [c["compiled_graph"] for c in r["calls"]] == [True, False, True, False] and r["frames"] == 2
+    assert SYMBOLIC_ROWS.search(r["calls"][0]["flydsl_calls"][0]), r["calls"][0]
+
+
+def test_dynamic_linear_calls_the_plugin_op_with_the_runtime_batch(cache):
+    # Plumbing on every torch version, also where the emulator cannot run (flydsl 0.3.x): the
+    # reference stand-in computes what the kernel would.
+    batches = [5, 40, 300]
+    r = run_linear(cache, "reference-standin", batches=batches, mode="mark_dynamic")
+    assert [c["compiled_graph"] for c in r["calls"]] == [True, False, False] and r["frames"] == 1
+    (call,) = r["calls"][0]["flydsl_calls"]
+    assert "torch_flydsl.dense_addmm_out" in call and SYMBOLIC_ROWS.search(call), call
+    assert all(c["rel_err"] < 1e-2 for c in r["calls"]) and r["flydsl_log"] == []
+
+
+def test_a_column_major_input_whose_leading_stride_is_the_batch_is_declined_with_the_reason(cache):
+    r = run_linear(cache, "reference-standin", batches=[8, 64], mode="mark_dynamic", transposed_input=True)
+    assert all(not c["flydsl_calls"] for c in r["calls"]) and all(c["rel_err"] < 1e-2 for c in r["calls"])
+    assert any(re.fullmatch(r"addmm node \S+: no FlyDSL choice: \[alignment\] A's leading stride s\d+ is not provably "
+                            r"a multiple of 16 bytes for every size \(one compiled kernel serves them all\)", n)
+               for n in r["flydsl_notes"]), r["flydsl_notes"]
