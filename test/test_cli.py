@@ -69,11 +69,15 @@ def test_doctor_lists_each_kernel_family_with_its_ops_version_and_curated_config
 def test_explain_json_has_served_by_offered_and_declined():
     import json
 
-    j = json.loads(cli("explain", "mm", "64", "4096", "96", "--breadth", "curated", "--json"))
-    assert j["served_by"] == "pytorch" and j["offered"] == []
-    assert all(set(d) == {"config", "category", "reason"} for d in j["declined"]) and len(j["declined"]) == 12
+    from torch_flydsl.templates.dense_gemm.config import CURATED as DENSE
+
+    j = json.loads(cli("explain", "mm", "64", "4096", "100", "--breadth", "curated", "--json"))
+    assert j["served_by"] == "pytorch" and j["offered"] == [] and "K=100 is not a multiple of 8" in j["reason"]
+    j = json.loads(cli("explain", "mm", "4096", "4096", "4096", "--breadth", "curated", "--json"))
+    assert all(set(d) == {"config", "category", "reason"} for d in j["declined"])
+    assert sorted(d["config"] for d in j["declined"]) == sorted(c.key() for c in DENSE if c.split_k > 1)
     j = json.loads(cli("explain", "mm", "64", "4096", "4096", "--layout", "nt", "--json"))
-    assert j["served_by"] == "plugin" and j["offered"] == ["m128n128k64_w2x2_s2_g0"]
+    assert j["served_by"] == "plugin" and j["offered"] == ["m128n128k32_w2x2_s4_g0"]
     assert j["op"] == "mm" and j["problem"] == {"m": 64, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt",
                                                 "bias": False}
 
@@ -86,7 +90,7 @@ served by: plugin (torch_flydsl kernels (no in-tree backend in this torch))
 offered: 1 config(s)
 config                    threads    LDS bytes
 ----------------------  ---------  -----------
-m128n128k64_w2x2_s2_g0        256        65536
+m128n128k32_w2x2_s4_g0        256        65536
 """)
 
 
@@ -96,8 +100,21 @@ def test_explain_gives_the_reason_for_a_decline():
 
 
 def test_explain_lists_per_config_declines():
-    out = cli("explain", "mm", "64", "4096", "96", "--breadth", "curated")
-    assert "K=96 is not a multiple of block_k" in out
+    out = cli("explain", "mm", "4096", "4096", "4096", "--breadth", "curated")
+    assert "output tiles already fill 256 CUs; split-K would" in out
+
+
+def test_explain_offers_decode_configs_that_fill_the_gpu_and_k_tails():
+    import json
+
+    from torch_flydsl.templates.dense_gemm.config import DenseGemmConfig
+    from torch_flydsl.templates.dense_gemm.launcher import grid_block
+
+    j = json.loads(cli("explain", "mm", "1", "4096", "4096", "--layout", "nt", "--breadth", "curated", "--json"))
+    grids = {key: grid_block(DenseGemmConfig.from_key(key), 1, 4096)[0][0] for key in j["offered"]}
+    assert max(grids.values()) >= 256, grids
+    j = json.loads(cli("explain", "mm", "64", "4096", "4104", "--layout", "nt", "--json"))
+    assert j["served_by"] == "plugin" and j["offered"]
 
 
 def test_explain_scaled_mm_offers_mxfp8_configs_and_serializes_its_problem():

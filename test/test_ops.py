@@ -10,7 +10,7 @@ from torch_flydsl import ops
 from torch_flydsl.runtime.launch_guard import LaunchRefused
 
 torch_flydsl.enable()
-CFG = "m128n128k64_w2x2_s2_g0"
+CFG = "m128n128k32_w2x2_s4_g0"
 
 
 def operands(m=64, n=128, k=128, offset=0):

@@ -76,8 +76,8 @@ def test_a_planted_low_precision_accumulator_breaks_the_accuracy_contract(monkey
     from torch_flydsl.templates.dense_gemm import kernel
 
     class LowPrecisionMma(kernel.Mma):
-        def compute_stage(self, stage):
-            super().compute_stage(stage)
+        def compute_stage(self, stage, issue=None):
+            super().compute_stage(stage, issue)
             for i in range_constexpr(fx.size(self.acc.shape).unpack()):
                 self.acc[i] = self.acc[i].to(self.spec.elem_type()).to(fx.Float32)
 

@@ -36,7 +36,7 @@ MODEL = HERE / "model.py"
 TOLERANCE = 2e-2
 # What the shared warm cache was compiled with; scenarios that reuse it must match.
 EMULATOR = {"TORCH_FLYDSL_EXECUTOR": "emulator"}
-BASELINE_CFG = "m128n128k64_w2x2_s2_g0"
+BASELINE_CFG = "m128n128k32_w2x2_s4_g0"
 # How the plugin says FlyDSL was not used, with the reason appended:
 # - the op ran outside autotuning (cached or compiled code) and PyTorch computed the result:
 FALLBACK = f"FlyDSL {BASELINE_CFG} not used for these operands, PyTorch computes them: "

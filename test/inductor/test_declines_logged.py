@@ -35,7 +35,7 @@ def compile_mm(tmp_path, k=128, dynamic=False, cpp_wrapper=False):
 
 def test_info_log_names_the_node_and_the_configs_offered(tmp_path):
     _, lines = compile_mm(tmp_path)
-    assert any(re.fullmatch(r"\[torch_flydsl\] INFO mm node \S+: offering 1 FlyDSL config\(s\): m128n128k64_w2x2_s2_g0", ln)
+    assert any(re.fullmatch(r"\[torch_flydsl\] INFO mm node \S+: offering 1 FlyDSL config\(s\): m128n128k32_w2x2_s4_g0", ln)
                for ln in lines), lines
 
 

@@ -45,9 +45,9 @@ def test_mm_winner_is_a_call_to_the_plugin_op(cache):
     r = compile_in_subprocess(cache, STANDIN, op="mm", force_win=True)
     assert_expected_inline(
         "\n".join(r["calls"]),
-        """torch.ops.torch_flydsl.dense_mm_out.default(arg0_1, arg1_1, cfg='m128n128k64_w2x2_s2_g0', out=buf0)""",
+        """torch.ops.torch_flydsl.dense_mm_out.default(arg0_1, arg1_1, cfg='m128n128k32_w2x2_s4_g0', out=buf0)""",
     )
-    assert r["benchmarked"] == ["FlyDSL m128n128k64_w2x2_s2_g0"]
+    assert r["benchmarked"] == ["FlyDSL m128n128k32_w2x2_s4_g0"]
     assert r["max_rel_err"] < 1e-2
 
 
@@ -55,7 +55,7 @@ def test_addmm_passes_expanded_bias_alpha_and_beta(cache):
     r = compile_in_subprocess(cache, STANDIN, op="addmm", force_win=True)
     assert_expected_inline(
         "\n".join(r["calls"]),
-        """torch.ops.torch_flydsl.dense_addmm_out.default(reinterpret_tensor(arg0_1, (64, 128), (0, 1), 0), arg1_1, arg2_1, cfg='m128n128k64_w2x2_s2_g0', alpha=0.5, beta=2.0, out=buf0)""",
+        """torch.ops.torch_flydsl.dense_addmm_out.default(reinterpret_tensor(arg0_1, (64, 128), (0, 1), 0), arg1_1, arg2_1, cfg='m128n128k32_w2x2_s4_g0', alpha=0.5, beta=2.0, out=buf0)""",
     )
     assert r["max_rel_err"] < 1e-2
 
@@ -91,7 +91,7 @@ def test_emulator_executor_runs_the_compiled_gfx950_kernel_end_to_end(cache):
 
 def test_a_bad_knob_value_warns_and_keeps_its_default_instead_of_failing_the_compile(cache):
     r = compile_in_subprocess(cache, {**STANDIN, "TORCH_FLYDSL_AUTOTUNE": "sometimes"}, op="mm", force_win=True)
-    assert r["benchmarked"] == ["FlyDSL m128n128k64_w2x2_s2_g0"]  # the default: one baseline config
+    assert r["benchmarked"] == ["FlyDSL m128n128k32_w2x2_s4_g0"]  # the default: one baseline config
     assert any("TORCH_FLYDSL_AUTOTUNE='sometimes'" in m for m in r["flydsl_log"]), r["flydsl_log"]
 
 
@@ -161,4 +161,4 @@ def test_version_bump_invalidates_fx_graph_and_autotune_caches(cache):
     bumped = compile_in_subprocess(cache, STANDIN, op="mm", force_win=True, bump_version=True)
     # A stale FX hit would skip lowering; a stale autotune hit would skip benchmarking.
     assert bumped["fx_misses"] == 1
-    assert bumped["benchmarked"] == ["FlyDSL m128n128k64_w2x2_s2_g0"]
+    assert bumped["benchmarked"] == ["FlyDSL m128n128k32_w2x2_s4_g0"]

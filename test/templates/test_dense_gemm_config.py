@@ -25,19 +25,22 @@ def test_importing_the_config_does_not_import_flydsl():
 def test_baseline_is_exactly_one_valid_config():
     (cfg,) = search_space("baseline")
     assert cfg == C.BASELINE and cfg.is_valid()
-    assert cfg.key() == "m128n128k64_w2x2_s2_g0"
+    assert cfg.key() == "m128n128k32_w2x2_s4_g0"
     assert cfg.threads == 256
 
 
 def test_curated_is_short_valid_distinct_and_covers_decode_and_large_tiles():
     cur = search_space("curated")
-    assert 6 <= len(cur) <= 12
+    assert 6 <= len(cur) <= 16
     assert len({c.key() for c in cur}) == len(cur)
     assert all(c.is_valid() for c in cur), [c.static_problems() for c in cur]
     assert C.BASELINE in cur
     assert min(c.block_m for c in cur) == 16  # decode-sized M
     assert max(c.block_m * c.block_n for c in cur) >= 256 * 128
-    assert any(c.stages > 2 for c in cur) and any(c.group_m for c in cur)
+    assert any(c.group_m for c in cur) and any(c.split_k > 1 for c in cur)
+    # Every curated config keeps at least two K tiles in flight across its barrier (the steady
+    # loop never waits for vmcnt(0); benchmarks/isa_report.py checks the ISA).
+    assert all(c.stages >= 3 for c in cur)
 
 
 def test_exhaustive_is_pruned_to_compilable_configs():
@@ -90,7 +93,10 @@ def test_decode_shapes_fit_small_tiles():
 @pytest.mark.parametrize(
     "cfg, problem, category, text",
     [
-        (C.BASELINE, GemmProblem.from_layout(128, 128, 100, BF16, "nt"), "shape", "block_k=64"),
+        (DenseGemmConfig(16, 64, 128, 1, 4, 3, 0, 4), GemmProblem.from_layout(4096, 4096, 4096, BF16, "nt"),
+         "fit", "fill 256 CUs"),
+        (DenseGemmConfig(16, 64, 128, 1, 4, 3, 0, 8), GemmProblem.from_layout(1, 4096, 1024, BF16, "nt"),
+         "fit", "too few for 8 splits"),
         (C.BASELINE, GemmProblem.from_layout(128, 128, 0, BF16, "nt"), "shape", "empty"),
         (C.BASELINE, GemmProblem.from_layout(128, 128, 128, torch.float32, "nt"), "dtype", "float32"),
         (DenseGemmConfig(256, 256, 128, 2, 4, 3, 0), GemmProblem.from_layout(512, 512, 512, BF16, "nt"), "config", "LDS"),
@@ -103,10 +109,33 @@ def test_config_fits_declines_with_a_reason(cfg, problem, category, text):
     assert text in d.reason
 
 
-def test_k_multiple_of_block_k_is_the_only_k_requirement():
-    cfg = DenseGemmConfig(16, 64, 128, 1, 2, 4, 0)  # 4 stages, K of a single tile still fits
-    assert config_fits(cfg, GemmProblem.from_layout(5, 7, 128, BF16, "tn")) is None
-    assert config_fits(cfg, GemmProblem.from_layout(5, 7, 192, BF16, "tn")) is not None
+def test_any_k_fits_every_config_k_tails_are_masked():
+    cfg = DenseGemmConfig(16, 64, 128, 1, 2, 4, 0)  # 4 stages; K of one (partial) tile still fits
+    for k in (8, 100, 128, 192, 4104):
+        assert config_fits(cfg, GemmProblem.from_layout(5, 7, k, BF16, "tn")) is None
+
+
+def test_split_k_is_offered_where_output_tiles_leave_cus_idle_and_every_split_has_k_tiles():
+    cfg = DenseGemmConfig(16, 64, 128, 1, 4, 3, 0, 4)
+    assert config_fits(cfg, GemmProblem.from_layout(1, 4096, 4096, BF16, "nt")) is None  # 64 tiles
+    assert config_fits(cfg, GemmProblem.from_layout(16, 16384, 4096, BF16, "nt")) is not None  # 256 tiles
+    assert config_fits(cfg, GemmProblem.from_layout(1, 4096, 5 * 128, BF16, "nt")) is not None  # 2+2+1+0 tiles
+    assert config_fits(cfg, GemmProblem.from_layout(1, 4096, 4 * 128, BF16, "nt")) is not None  # 1 tile per split
+    assert config_fits(cfg, GemmProblem.from_layout(1, 4096, 7 * 128, BF16, "nt")) is None  # 2+2+2+1
+
+
+def test_split_k_keys_round_trip_and_only_dense_takes_them():
+    cfg = DenseGemmConfig(16, 64, 128, 1, 4, 3, 0, 8)
+    assert cfg.key() == "m16n64k128_w1x4_s3_g0_sk8"
+    assert DenseGemmConfig.from_key(cfg.key()) == cfg
+    assert DenseGemmConfig(16, 64, 128, 1, 4, 3, 0).key() == "m16n64k128_w1x4_s3_g0"  # unchanged keys
+    from torch_flydsl.templates.grouped_gemm.config import GroupedGemmConfig
+    from torch_flydsl.templates.scaled_gemm.config import ScaledGemmConfig
+
+    with pytest.raises(ValueError, match="split-K"):
+        ScaledGemmConfig.from_key("mx_m32n16k512_w2x1_s3_g0_sk4")
+    with pytest.raises(ValueError, match="split-K"):
+        GroupedGemmConfig.from_key("grp_m32n128k64_w1x4_s3_g0_sk4")
 
 
 def test_package_exports_resolve_to_the_named_objects_whatever_was_imported_first():
@@ -119,3 +148,16 @@ def test_package_exports_resolve_to_the_named_objects_whatever_was_imported_firs
     importlib.import_module("torch_flydsl.templates.dense_gemm.reference")
     for name in pkg.__all__:
         assert callable(getattr(pkg, name)) or name in ("BASELINE", "CURATED", "KERNEL_VERSION"), name
+
+
+def test_baseline_breadth_picks_one_config_by_m():
+    def pick(m, n, k):
+        (cfg,), declined = C.configs_for(GemmProblem.from_layout(m, n, k, BF16, "nt"), "baseline")
+        assert declined == []
+        return cfg.key()
+
+    assert pick(1, 4096, 4096) == "m16n64k128_w1x4_s3_g0_sk4"  # 64 tiles: split-K fills the GPU
+    assert pick(16, 16384, 4096) == "m16n64k128_w1x4_s3_g0"  # 256 tiles already
+    assert pick(16, 4096, 256) == "m16n64k128_w1x4_s3_g0"  # 2 K tiles: nothing to split
+    assert pick(32, 4096, 4096) == "m32n64k128_w2x2_s3_g0_sk4"
+    assert pick(33, 4096, 4096) == pick(4096, 4096, 4096) == C.BASELINE.key()

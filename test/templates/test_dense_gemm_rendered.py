@@ -53,25 +53,25 @@ def summary(layout, tmp_path):
 
 def test_baseline_nt(tmp_path):
     assert_expected_inline(summary("nt", tmp_path), """\
-flydsl_dense_gemm_bf16_nt_m128n128k64_w2x2_s2_g0_b1: vgpr=112 agpr=0 sgpr=31 lds=65536 spills=0 scratch=0
+flydsl_dense_gemm_bf16_nt_m128n128k32_w2x2_s4_g0_b1: vgpr=118 agpr=0 sgpr=35 lds=65536 spills=0 scratch=0
 mfma kinds: v_mfma_f32_16x16x32_bf16; LDS read kinds: ds_read_b128
-mfma: 32
-dma to LDS: 16
-LDS reads: 24
+mfma: 96
+dma to LDS: 24
+LDS reads: 56
 LDS writes: 64
 global stores: 72
-barriers: 3
-vmcnt waits: 6""")
+barriers: 8
+vmcnt waits: 11""")
 
 
 def test_baseline_tn(tmp_path):
     assert_expected_inline(summary("tn", tmp_path), """\
-flydsl_dense_gemm_bf16_tn_m128n128k64_w2x2_s2_g0_b1: vgpr=124 agpr=0 sgpr=31 lds=65536 spills=0 scratch=0
+flydsl_dense_gemm_bf16_tn_m128n128k32_w2x2_s4_g0_b1: vgpr=120 agpr=0 sgpr=36 lds=65536 spills=0 scratch=0
 mfma kinds: v_mfma_f32_16x16x32_bf16; LDS read kinds: ds_read_b128, ds_read_b64_tr_b16
-mfma: 32
+mfma: 64
 dma to LDS: 16
-LDS reads: 40
+LDS reads: 72
 LDS writes: 64
 global stores: 72
-barriers: 3
-vmcnt waits: 6""")
+barriers: 6
+vmcnt waits: 9""")

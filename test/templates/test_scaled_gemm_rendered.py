@@ -55,32 +55,32 @@ def summary(key, formats, tmp_path):
 
 def test_baseline_mxfp8(tmp_path):
     assert_expected_inline(summary("mx_m128n128k128_w2x2_s2_g0", ("e4m3", "e4m3"), tmp_path), """\
-flydsl_scaled_gemm_e4m3xe4m3_bf16_mx_m128n128k128_w2x2_s2_g0_b1: vgpr=160 agpr=0 sgpr=37 lds=69632 spills=0 scratch=0
-16 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[0,0,0]
-scaled mfma: 16
+flydsl_scaled_gemm_e4m3xe4m3_bf16_mx_m128n128k128_w2x2_s2_g0_b1: vgpr=170 agpr=0 sgpr=40 lds=69632 spills=0 scratch=0
+32 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[0,0,0]
+scaled mfma: 32
 16-byte DMA to LDS: 16
 4-byte DMA to LDS (scales): 4
-LDS operand reads: 24
-LDS scale reads: 8
+LDS operand reads: 40
+LDS scale reads: 16
 LDS writes: 64
 global stores: 72
-barriers: 3
-vmcnt waits: 6""")
+barriers: 4
+vmcnt waits: 7""")
 
 
 def test_decode_w4a8(tmp_path):
     assert_expected_inline(summary("mx_m32n16k512_w2x1_s3_g0", ("e4m3", "e2m1"), tmp_path), """\
-flydsl_scaled_gemm_e4m3xe2m1_bf16_mx_m32n16k512_w2x1_s3_g0_b1: vgpr=58 agpr=0 sgpr=37 lds=64512 spills=0 scratch=0
-1 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[0,0,0] blgp:4
-1 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[1,1,0] blgp:4
-1 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[0,0,0] blgp:4
-1 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[1,1,0] blgp:4
-scaled mfma: 4
+flydsl_scaled_gemm_e4m3xe2m1_bf16_mx_m32n16k512_w2x1_s3_g0_b1: vgpr=68 agpr=0 sgpr=40 lds=64512 spills=0 scratch=0
+3 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[0,0,0] blgp:4
+3 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[1,1,0] blgp:4
+3 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[0,0,0] blgp:4
+3 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[1,1,0] blgp:4
+scaled mfma: 12
 16-byte DMA to LDS: 30
 4-byte DMA to LDS (scales): 6
-LDS operand reads: 13
-LDS scale reads: 2
+LDS operand reads: 37
+LDS scale reads: 6
 LDS writes: 4
 global stores: 9
-barriers: 3
-vmcnt waits: 4""")
+barriers: 5
+vmcnt waits: 5""")

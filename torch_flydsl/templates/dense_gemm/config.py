@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from ..base import Decline, split_by_fit
+from ..base import Decline, pick_by_size, split_by_fit
 from .problem import GemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
@@ -31,6 +31,8 @@ VEC = DMA_BYTES // ELEM_BYTES  # elements per DMA vector
 LDS_LIMIT_BYTES = 160 * 1024  # gfx950 LDS per workgroup
 MAX_THREADS = 1024
 MAX_VMCNT = 63  # s_waitcnt vmcnt field on gfx950
+MAX_SPLIT_K = 16
+NUM_CUS = 256  # MI355X
 NUM_XCDS = 8  # MI350: workgroups are dispatched round-robin over 8 XCDs (separate L2s)
 # Accumulator budget per lane (fp32 registers); beyond this the register allocator spills.
 MAX_ACC_REGS_PER_LANE = 128
@@ -54,6 +56,9 @@ class DenseGemmConfig:
     n_waves: int = 2
     stages: int = 2  # LDS buffers for A/B tiles; stages-1 tiles are in flight ahead of compute
     group_m: int = 0  # group-M block swizzle for L2 reuse; 0 = row-major block order
+    # Split-K: each output tile's K tiles are shared out over ``split_k`` workgroups, which
+    # write fp32 partial tiles; a second kernel sums them in split order (deterministic).
+    split_k: int = 1
 
     @property
     def waves(self) -> int:
@@ -80,12 +85,13 @@ class DenseGemmConfig:
         return (self.block_m // self.m_waves) * (self.block_n // self.n_waves) // WAVE_SIZE
 
     def key(self) -> str:
+        split = f"_sk{self.split_k}" if self.split_k != 1 else ""
         return (
             f"m{self.block_m}n{self.block_n}k{self.block_k}"
-            f"_w{self.m_waves}x{self.n_waves}_s{self.stages}_g{self.group_m}"
+            f"_w{self.m_waves}x{self.n_waves}_s{self.stages}_g{self.group_m}{split}"
         )
 
-    _KEY_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)_w(\d+)x(\d+)_s(\d+)_g(\d+)$")
+    _KEY_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)_w(\d+)x(\d+)_s(\d+)_g(\d+)(?:_sk(\d+))?$")
 
     @classmethod
     def from_key(cls, key: str) -> "DenseGemmConfig":
@@ -93,7 +99,8 @@ class DenseGemmConfig:
         if match is None:
             raise ValueError(f"not a dense GEMM config key: {key!r}")
         names = [f.name for f in fields(cls)]
-        return cls(**dict(zip(names, map(int, match.groups()))))
+        values = [int(g) for g in match.groups() if g is not None]
+        return cls(**dict(zip(names, values)))
 
     def __str__(self) -> str:
         return self.key()
@@ -112,10 +119,12 @@ class DenseGemmConfig:
             p.append(f"block_k={self.block_k} is not a multiple of the MFMA K={MMA_K}")
         if self.threads > MAX_THREADS:
             p.append(f"{self.threads} threads exceed the workgroup limit {MAX_THREADS}")
-        if not 2 <= self.stages <= 4:
-            p.append(f"stages={self.stages} is outside 2..4")
+        if not 2 <= self.stages <= 8:
+            p.append(f"stages={self.stages} is outside 2..8")
         if self.group_m < 0:
             p.append("group_m must be >= 0")
+        if not 1 <= self.split_k <= MAX_SPLIT_K:
+            p.append(f"split_k={self.split_k} is outside 1..{MAX_SPLIT_K}")
         if self.lds_bytes > LDS_LIMIT_BYTES:
             p.append(f"LDS {self.lds_bytes} B exceeds {LDS_LIMIT_BYTES} B")
         # Each thread issues the same number of 16-byte DMA loads per tile, so every tile must
@@ -145,23 +154,31 @@ class DenseGemmConfig:
         return not self.static_problems()
 
 
-BASELINE = DenseGemmConfig(128, 128, 64, 2, 2, 2, 0)
+BASELINE = DenseGemmConfig(128, 128, 32, 2, 2, 4, 0)
 
-# Hand-picked: decode-sized M (16/32), medium tiles, large tiles, deeper pipelines, group-M.
+# Hand-picked. Every one keeps >= 2 tiles' DMAs in flight across its barrier (stages >= 3;
+# where LDS is tight, block_k 32 with 4 stages instead of 64 with 2) and >= 2 waves per SIMD
+# (LDS <= 80 KiB for 4-wave workgroups, two per CU; 8-wave workgroups otherwise).
+# benchmarks/isa_report.py shows the resulting main loops.
 CURATED = (
     BASELINE,
-    # Decode (M <= 16): no split-K, so narrow N tiles are what put more workgroups in flight.
-    DenseGemmConfig(16, 32, 128, 1, 2, 3, 0),
-    DenseGemmConfig(16, 64, 128, 1, 2, 2, 0),
-    DenseGemmConfig(16, 128, 128, 1, 4, 2, 0),
+    # Decode (M <= 32): narrow tiles, deep K tiles, and split-K so that N=4096 launches at
+    # least 256 workgroups (offered only while the output tiles leave CUs idle).
+    DenseGemmConfig(16, 64, 128, 1, 4, 3, 0),
+    DenseGemmConfig(16, 64, 128, 1, 4, 3, 0, 4),
+    DenseGemmConfig(16, 64, 128, 1, 4, 3, 0, 8),
+    DenseGemmConfig(32, 64, 128, 2, 2, 3, 0),
+    DenseGemmConfig(32, 64, 128, 2, 2, 3, 0, 4),
     DenseGemmConfig(32, 128, 64, 1, 4, 3, 0),
-    DenseGemmConfig(64, 64, 64, 2, 2, 3, 0),
+    # Medium.
+    DenseGemmConfig(64, 64, 64, 2, 2, 4, 0),
     DenseGemmConfig(64, 128, 64, 2, 2, 3, 0),
     DenseGemmConfig(128, 64, 64, 2, 2, 3, 0),
-    DenseGemmConfig(128, 128, 64, 2, 2, 3, 8),
-    DenseGemmConfig(128, 256, 64, 2, 4, 2, 8),
-    DenseGemmConfig(256, 128, 64, 4, 2, 2, 8),
-    DenseGemmConfig(256, 256, 64, 2, 4, 2, 8),
+    DenseGemmConfig(128, 128, 32, 2, 2, 4, 8),
+    # Large: 8 waves, one workgroup per CU.
+    DenseGemmConfig(128, 256, 64, 2, 4, 3, 8),
+    DenseGemmConfig(256, 128, 64, 4, 2, 3, 8),
+    DenseGemmConfig(256, 256, 32, 2, 4, 4, 8),
 )
 
 _EXHAUSTIVE_AXES = dict(
@@ -172,6 +189,7 @@ _EXHAUSTIVE_AXES = dict(
     n_waves=(1, 2, 4),
     stages=(2, 3, 4),
     group_m=(0, 8),
+    split_k=(1, 4, 8),
 )
 
 
@@ -193,13 +211,15 @@ def search_space(breadth: str = "curated") -> list[DenseGemmConfig]:
 
 
 def config_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]:
-    """Can ``cfg`` compute ``problem`` exactly? None when it can, else a Decline with a reason.
+    """Can ``cfg`` compute ``problem`` exactly, and is it worth offering? None when it is, else
+    a Decline with a reason.
 
     The kernel handles any M and N (tails are masked on store; out-of-range rows/columns of A/B
-    are clamped and only feed discarded outputs) and any leading strides. It does not handle a
-    K tail: K must be a multiple of block_k. Alignment of pointers and leading strides (16 bytes)
+    are clamped and only feed discarded outputs), any K the family gate accepts (a K tail reads
+    zeros past K) and any leading strides. Alignment of pointers and leading strides (16 bytes)
     and the 32-bit buffer range are properties of the tensors, checked by the family's
-    eligibility gate (``eligibility.py``), not here.
+    eligibility gate (``eligibility.py``), not here. A split-K config is offered only where it
+    pays: when the output tiles alone leave CUs idle, and every split gets K tiles to pipeline.
     """
     static = cfg.static_problems()
     if static:
@@ -212,18 +232,45 @@ def config_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]
         return Decline("shape", f"unsupported bias kind {problem.bias!r}")
     if min(problem.m, problem.n, problem.k) <= 0:
         return Decline("shape", f"empty problem M={problem.m} N={problem.n} K={problem.k}")
-    if problem.k % cfg.block_k:
-        return Decline(
-            "shape",
-            f"{cfg.key()}: K={problem.k} is not a multiple of block_k={cfg.block_k} "
-            "(the kernel has no K tail)",
-        )
     if problem.m >= 2**31 or problem.n >= 2**31 or problem.k >= 2**31:
         return Decline("shape", "M, N and K must fit in int32")
+    if cfg.split_k > 1:
+        return _split_k_fits(cfg, problem)
     return None
 
 
+def _split_k_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]:
+    tiles = -(-problem.m // cfg.block_m) * -(-problem.n // cfg.block_n)
+    k_tiles = -(-problem.k // cfg.block_k)
+    per = -(-k_tiles // cfg.split_k)
+    if tiles >= NUM_CUS:
+        return Decline("fit", f"{cfg.key()}: {tiles} output tiles already fill {NUM_CUS} CUs; split-K "
+                              "would only add a reduction pass")
+    if per < cfg.stages - 1 or (cfg.split_k - 1) * per >= k_tiles:
+        return Decline("fit", f"{cfg.key()}: K={problem.k} gives {k_tiles} K tiles, too few for "
+                              f"{cfg.split_k} splits of at least {cfg.stages - 1} tiles each")
+    if cfg.split_k * problem.m * problem.n * 4 >= 2**31:
+        return Decline("shape", f"{cfg.key()}: the fp32 split-K workspace ({cfg.split_k} x M x N) "
+                                "would exceed the 2 GiB a 32-bit buffer offset addresses")
+    return None
+
+
+# With autotuning off, one config per problem, by M: decode-sized M gets a narrow tile (with
+# split-K where that fits: few output tiles, enough K tiles), not 128-row tiles that are mostly
+# padding and launch ceil(N/128) workgroups.
+_BASELINE_BY_M = (
+    (16, (DenseGemmConfig(16, 64, 128, 1, 4, 3, 0, 4), DenseGemmConfig(16, 64, 128, 1, 4, 3, 0))),
+    (32, (DenseGemmConfig(32, 64, 128, 2, 2, 3, 0, 4), DenseGemmConfig(32, 64, 128, 2, 2, 3, 0))),
+)
+
+
+def baseline_for(problem: GemmProblem) -> DenseGemmConfig:
+    """The one config the ``baseline`` breadth offers for ``problem`` (all of them curated)."""
+    return pick_by_size(problem.m, _BASELINE_BY_M, lambda cfg: config_fits(cfg, problem) is None, BASELINE)
+
+
 def configs_for(problem: GemmProblem, breadth: str) -> tuple[list[DenseGemmConfig], list[tuple[DenseGemmConfig, Decline]]]:
-    """The configs of ``breadth`` that fit ``problem``, and the others with their reasons."""
-    candidates = search_space(breadth)
+    """The configs of ``breadth`` that fit ``problem``, and the others with their reasons
+    (``baseline``: the one config ``baseline_for`` picks)."""
+    candidates = [baseline_for(problem)] if breadth == "baseline" else search_space(breadth)
     return split_by_fit(candidates, lambda cfg: config_fits(cfg, problem))

@@ -10,10 +10,12 @@ from typing import Optional, Union
 
 import torch
 
-from ..base import INT32_MAX, Decline, TensorMeta, check_aligned, check_span, dtype_name
+from ..base import ALIGN_BYTES, BUFFER_SPAN_LIMIT, INT32_MAX, Decline, TensorMeta, check_aligned, check_span, dtype_name
 from .problem import GemmProblem, leading_stride, major_of
 
 DTYPES = (torch.bfloat16, torch.float16)
+K_VECTOR = 8  # elements per 16-byte load: a K-contiguous operand's vectors must not straddle K
+K_TILE_MULTIPLE = 128  # the largest block_k: K a multiple of it never has a K tail
 
 
 def _check_ends_on_a_dword(name: str, t: TensorMeta, contig_dim: str, size: int) -> Optional[Decline]:
@@ -71,6 +73,13 @@ def check_problem(
     if out_major != "row" or (out.stride[1] != 1 and n > 1):
         return Decline("layout", f"output strides {out.stride} are not row-major")
 
+    if k % K_VECTOR and (a_major == "row" or b_major == "col"):
+        which = "A is row-major" if a_major == "row" else "B is column-major"
+        return Decline(
+            "shape",
+            f"K={k} is not a multiple of {K_VECTOR} and {which} (contiguous along K): its 16-byte "
+            "loads would straddle K, reading elements past it that the K tail cannot mask",
+        )
     for name, t, lead in (
         ("A", a, leading_stride(a, a_major)),
         ("B", b, leading_stride(b, b_major)),
@@ -79,6 +88,13 @@ def check_problem(
         d = check_aligned(name, t, lead) or check_span(name, t)
         if d:
             return d
+    if k % K_TILE_MULTIPLE:
+        for name, t in (("A", a), ("B", b)):
+            if t.byte_span() > BUFFER_SPAN_LIMIT - 2 * ALIGN_BYTES:
+                # The masked K tail points its DMAs at the span's end (out of range: zeros);
+                # that offset plus a 16-byte access must not wrap the 32-bit buffer offset.
+                return Decline("size", f"{name} spans {t.byte_span()} bytes: with a K tail (K={k}) it must "
+                                       f"stay {2 * ALIGN_BYTES} bytes under 4 GiB")
     if a_major == "col":
         d = _check_ends_on_a_dword("A", a, "M", m)
         if d:

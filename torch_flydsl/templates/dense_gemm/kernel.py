@@ -83,6 +83,8 @@ class KernelSpec:
     a_major: str  # "row" (K contiguous) or "col" (M contiguous)
     b_major: str  # "row" (N contiguous) or "col" (K contiguous)
     has_bias: bool
+    # K not a multiple of block_k: the last K tile's DMAs past K read zeros (``Operand.k_bound``).
+    k_tail: bool = False
 
     @property
     def layout(self) -> str:
@@ -92,7 +94,8 @@ class KernelSpec:
     @property
     def name(self) -> str:
         d = {torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
-        return f"flydsl_dense_gemm_{d}_{self.layout}_{self.cfg.key()}_b{int(self.has_bias)}"
+        tail = "_kt" if self.k_tail else ""
+        return f"flydsl_dense_gemm_{d}_{self.layout}_{self.cfg.key()}_b{int(self.has_bias)}{tail}"
 
     # "K-contiguous" per operand, in the (rows, K) view the MMA uses: A is (M, K), B is (N, K).
     @property
@@ -117,6 +120,12 @@ class KernelSpec:
         return self.a_iters + self.b_iters
 
     @property
+    def mfma_per_tile(self) -> int:
+        """MFMA instructions per wave per K tile."""
+        cfg = self.cfg
+        return (cfg.block_m // (cfg.m_waves * MMA_M)) * (cfg.block_n // (cfg.n_waves * MMA_N)) * (cfg.block_k // MMA_K)
+
+    @property
     def rep_m(self) -> int:
         """MFMA blocks per wave along M."""
         return self.cfg.block_m // (self.cfg.m_waves * MMA_M)
@@ -132,6 +141,12 @@ class KernelSpec:
 
     def elem_type(self):
         return fx.Float16 if self.dtype == torch.float16 else fx.BFloat16
+
+
+# LLVM AMDGPU sched_group_barrier instruction classes (IntrinsicsAMDGPU.td).
+SCHED_MFMA = 0x008
+SCHED_VMEM = 0x010
+SCHED_DS_READ = 0x100
 
 
 def _dsl_control_flow(fn):
@@ -246,8 +261,9 @@ class Operand:
     row_bound: Any
     ld: Any
     base: Any = None  # element offset of this operand's matrix in ``buf`` (a grouped GEMM's group)
-    # K masking (M/N-contiguous operands only): K indices at or past ``k_bound`` read zeros, by
-    # pointing their DMA at element ``k_oob``, past the buffer's num_records (range-checked).
+    # K masking: K indices at or past ``k_bound`` read zeros, by pointing their DMA at element
+    # ``k_oob``, past the buffer's num_records (range-checked). A K-contiguous operand's 8-element
+    # vectors lie wholly below or at/after ``k_bound`` only when it is a multiple of 8 (the gate).
     k_bound: Any = None
     k_oob: Any = None
 
@@ -342,8 +358,9 @@ class Mma:
         )
         self.acc.fill(0.0)
 
-    def compute_stage(self, stage):
-        """acc += the A/B tiles in LDS stage ``stage``."""
+    def compute_stage(self, stage, issue=None):
+        """acc += the A/B tiles in LDS stage ``stage``; ``issue()`` (the next tile's DMAs, or
+        None) goes after the LDS reads, so that its DMAs can sit between the MFMAs."""
         cfg = self.spec.cfg
         BM, BN, BK = cfg.block_m, cfg.block_n, cfg.block_k
         s_a = self.thr_copy_a.partition_S(fx.make_view(self.a.smem + stage * (BM * BK), self.a.layout))
@@ -351,48 +368,93 @@ class Mma:
         for kk in range_constexpr(BK // MMA_K):
             fx.copy(self.a_read, s_a[None, None, kk], self.frag_a_dst[None, None, kk])
             fx.copy(self.b_read, s_b[None, None, kk], self.frag_b_dst[None, None, kk])
+        if issue is not None:
+            issue()
+        for kk in range_constexpr(BK // MMA_K):
             fx.gemm(self.tiled_mma, self.acc, self.frag_a[None, None, kk], self.frag_b[None, None, kk],
                     self.acc)
+        if issue is not None:
+            interleave_dmas(self.spec.loads_per_tile, self.spec.mfma_per_tile)
+
+
+def interleave_dmas(dmas: int, mfmas: int):
+    """Scheduling groups for the basic block just emitted: the LDS reads first, then its
+    ``dmas`` global->LDS DMAs spread evenly between its ``mfmas`` MFMAs (LLVM's
+    ``sched_group_barrier``; a hint, not a semantic barrier). Without it LLVM issues the DMAs in
+    one burst ahead of the MFMAs, where their issue cycles and address arithmetic are not
+    hidden behind matrix work."""
+    rocdl.sched_group_barrier(SCHED_DS_READ, 256, 0)
+    per = max(1, mfmas // (dmas + 1))
+    left = mfmas
+    for _ in range_constexpr(dmas):
+        take = min(per, left)
+        if take:
+            rocdl.sched_group_barrier(SCHED_MFMA, take, 0)
+            left -= take
+        rocdl.sched_group_barrier(SCHED_VMEM, 1, 0)
+    if left:
+        rocdl.sched_group_barrier(SCHED_MFMA, left, 0)
 
 
 # ---- software pipeline --------------------------------------------------------------------------
 
 
-@_dsl_control_flow
-def main_loop(spec: KernelSpec, loads: TileLoads, mma: Mma, k_tiles):
+def main_loop(spec: KernelSpec, loads, mma, k_tiles, kt0=None):
     """All K tiles through ``stages`` LDS buffers: ``stages - 1`` tiles in flight ahead of the
-    MFMAs, one barrier per tile. Returns with every DMA retired."""
-    S = spec.cfg.stages
+    MFMAs, one barrier per tile. Returns with every DMA retired.
+
+    ``k_tiles`` tiles starting at tile ``kt0`` (None: 0; split-K starts later). ``loads`` and
+    ``mma`` are the family's: ``loads.load_stage(kt, stage)`` issues the DMAs of K tile ``kt``
+    into LDS stage ``stage``, ``mma.compute_stage(stage, issue)`` accumulates one stage and calls
+    ``issue()`` (the next tile's DMAs) at the point of its instruction stream where the DMAs
+    should go (the dense MMA: after its LDS reads, so the DMAs can sit between its MFMAs).
+
+    The loop is peeled so that its steady state is one basic block with no branch but the back
+    edge: the prologue fetches tiles ``0 .. S-2``; each steady iteration waits for its tile with
+    ``(S-2)`` tiles still in flight (never ``vmcnt(0)`` when ``S >= 3``), fetches tile
+    ``kt + S - 1`` and computes tile ``kt``; the drain computes the last ``min(S-1, k_tiles)``
+    tiles, waiting for one fewer tile in flight each time. The wait counts are the same when
+    ``k_tiles < S - 1``: after tile ``kt`` exactly ``k_tiles - 1 - kt`` younger tiles were
+    issued.
+    """
+    _main_loop(spec, loads.load_stage, mma.compute_stage, k_tiles, kt0)
+
+
+@_dsl_control_flow
+def _main_loop(spec: KernelSpec, load_stage, compute_stage, k_tiles, kt0):
     # Plain functions: the control-flow rewriter would carry an object whose method is called
     # in a loop or branch as loop/branch state.
-    load_stage, compute_stage = loads.load_stage, mma.compute_stage
-    # Prologue: tiles 0..S-2 into stages 0..S-2 (only those that exist). In iteration kt
-    # the DMA for tile kt+S-1 goes into stage (kt+S-1) % S, which held tile kt-1 and is
-    # free after the barrier; past the last tile nothing is fetched.
+    S = spec.cfg.stages
+    per_tile = spec.loads_per_tile
+
+    def tile(kt):
+        return kt if const_expr(kt0 is None) else kt0 + kt
+
+    # Prologue: tiles 0..S-2 into stages 0..S-2, those that exist. Tile 0 is fetched even when
+    # there is none (a grouped GEMM's empty K group): its DMAs read zeros, never used.
     for s in range_constexpr(S - 1):
         if const_expr(s == 0):
-            load_stage(0, 0)  # K >= block_k: tile 0 always exists
+            load_stage(tile(0), 0)
         else:
             if s < k_tiles:
-                load_stage(s, s)
-    for kt in range(k_tiles):
-        # Tile kt has landed once at most the DMAs of the younger tiles in flight remain
-        # outstanding. Away from the end that is S-2 full tiles; near the end fewer were
-        # issued, so wait for everything (a wait for "S-2 tiles" would not cover kt).
-        if const_expr(S > 2):
-            if kt + (S - 2) < k_tiles:
-                rocdl.s_waitcnt(vmcnt=(S - 2) * spec.loads_per_tile)
-            else:
-                rocdl.s_waitcnt(vmcnt=0)
-        else:
-            rocdl.s_waitcnt(vmcnt=0)
-        # Everyone's DMA for tile kt is visible, and everyone finished reading the stage
-        # that the next DMA overwrites (it held tile kt-1).
+                load_stage(tile(s), s)
+    # Steady state: in iteration kt the DMA for tile kt+S-1 goes into stage (kt+S-1) % S, which
+    # held tile kt-1 and is free after the barrier.
+    for kt in range(k_tiles - (S - 1)):
+        # Tile kt has landed once at most the S-2 younger tiles' DMAs remain outstanding (every
+        # thread issues the same number of DMAs per tile).
+        rocdl.s_waitcnt(vmcnt=(S - 2) * per_tile)
+        # Everyone's DMA for tile kt is visible, and everyone finished reading tile kt-1's stage.
         gpu.barrier()
         nxt = kt + (S - 1)
-        if nxt < k_tiles:
-            load_stage(nxt, nxt % S)
-        compute_stage(kt % S)
+        compute_stage(kt % S, lambda: load_stage(tile(nxt), nxt % S))
+    # Drain: the last min(S-1, k_tiles) tiles, nothing more to fetch.
+    for j in range_constexpr(S - 1):
+        kt = k_tiles - (S - 1) + j
+        if kt >= 0:
+            rocdl.s_waitcnt(vmcnt=(S - 2 - j) * per_tile)
+            gpu.barrier()
+            compute_stage(kt % S, None)
     rocdl.s_waitcnt(vmcnt=0)
 
 
@@ -459,18 +521,74 @@ def store_c_tile(spec: KernelSpec, smem_c, elem, out_buf, tid, m0, n0, m, n, ldc
 # ---- the kernel ---------------------------------------------------------------------------------
 
 
+def split_k_range(spec: KernelSpec, pid, tiles, k_tiles):
+    """(output tile id, first K tile, K tile count) of workgroup ``pid`` under split-K: split
+    ``s = pid // tiles`` takes K tiles ``[s * per, min((s + 1) * per, k_tiles))`` with ``per =
+    ceil(k_tiles / split_k)`` (the config gate keeps every split non-empty)."""
+    splits = spec.cfg.split_k
+    split = pid // tiles
+    per = (k_tiles + (splits - 1)) // splits
+    kt0 = split * per
+    rest = k_tiles - kt0
+    count = (rest < per).select(rest, per)
+    return pid % tiles, split, kt0, count
+
+
+@_dsl_control_flow
+def store_partial_tile(spec: KernelSpec, mma: Mma, ws_buf, split, m0, n0, m, n):
+    """Split-K: this workgroup's fp32 partial tile into the workspace ``[split_k, M, N]``
+    (row-major, rows ``>= M`` and columns ``>= N`` skipped)."""
+    rows = mma.thr_mma.partition_C(mma.c_rows)
+    cols = mma.thr_mma.partition_C(mma.c_cols)
+    ws_iter = fx.get_iter(ws_buf)
+    plane = split * m
+    acc = mma.acc
+    for i in range_constexpr(fx.size(acc.shape).unpack()):
+        g_row = m0 + fx.get_scalar(rows[i])
+        g_col = n0 + fx.get_scalar(cols[i])
+        if g_row < m and g_col < n:
+            fx.ptr_store(acc[i], ws_iter + ((plane + g_row) * n + g_col))
+
+
+REDUCE_THREADS = 256
+
+
+@_dsl_control_flow
+def reduce_partials(spec: KernelSpec, ws_buf, out_buf, bias_buf, m, n, ldc, alpha, beta, elem):
+    """Split-K's second pass: ``out[r, c] = alpha * sum_s ws[s, r, c] + beta * bias[c]``, the
+    splits summed in order 0, 1, ... (deterministic), rounded once to the output dtype. One
+    thread per output element, consecutive threads on consecutive columns."""
+    idx = fx.block_idx.x * REDUCE_THREADS + fx.thread_idx.x
+    r = idx // n
+    c = idx % n
+    if r < m:
+        plane = m * n
+        off = r * n + c
+        total = ws_buf[off]
+        for sp in range_constexpr(1, spec.cfg.split_k):
+            total = total + ws_buf[off + sp * plane]
+        val = total * alpha
+        if const_expr(spec.has_bias):
+            val = val + bias_buf[c].to(fx.Float32) * beta
+        fx.ptr_store(val.to(elem), fx.get_iter(out_buf) + (r * ldc + c))
+
+
 @functools.lru_cache(maxsize=None)
 def build(spec: KernelSpec):
     """The ``@flyc.jit`` launcher for ``spec``.
 
-    Signature: ``launch(out, a, b, bias, m, n, k, lda, ldb, ldc, alpha, beta, stream)`` with
+    Signature: ``launch(out, a, b, bias, ws, m, n, k, lda, ldb, ldc, alpha, beta, stream)`` with
     ``out``/``a``/``b``/``bias`` 1-D unit-stride views starting at each operand's first
-    element (see ``launcher.flat_operand``), ints for sizes/strides (elements) and floats for
-    alpha/beta. Grid ``(ceil(M/block_m) * ceil(N/block_n), 1, 1)``, block ``(threads, 1, 1)``.
+    element (see ``launcher.flat_operand``), ``ws`` the fp32 split-K workspace (``split_k * M *
+    N`` elements; read only when ``cfg.split_k > 1``), ints for sizes/strides (elements) and
+    floats for alpha/beta. Grid ``(ceil(M/block_m) * ceil(N/block_n) * split_k, 1, 1)``, block
+    ``(threads, 1, 1)``; with split-K a second launch, ``ceil(M * N / 256)`` workgroups of 256
+    threads, reduces the workspace into ``out``.
     """
     cfg = spec.cfg
     BM, BN, BK = cfg.block_m, cfg.block_n, cfg.block_k
     THREADS = cfg.threads
+    SPLIT = cfg.split_k
 
     @flyc.kernel(name=spec.name, known_block_size=[THREADS, 1, 1])
     def dense_gemm_kernel(
@@ -478,6 +596,7 @@ def build(spec: KernelSpec):
         a: fx.Tensor,
         b: fx.Tensor,
         bias: fx.Tensor,
+        ws: fx.Tensor,
         m: fx.Int32,
         n: fx.Int32,
         k: fx.Int32,
@@ -489,10 +608,16 @@ def build(spec: KernelSpec):
     ):
         elem = spec.elem_type()
         tid = fx.thread_idx.x
-        pid_m, pid_n = block_order(fx.block_idx.x, m, n, BM, BN, cfg.group_m)
+        k_tiles = (k + (BK - 1)) // BK if const_expr(spec.k_tail) else k // BK
+        pid = fx.block_idx.x
+        kt0 = None
+        split = None
+        if const_expr(SPLIT > 1):
+            tiles = ((m + (BM - 1)) // BM) * ((n + (BN - 1)) // BN)
+            pid, split, kt0, k_tiles = split_k_range(spec, pid, tiles, k_tiles)
+        pid_m, pid_n = block_order(pid, m, n, BM, BN, cfg.group_m)
         m0 = pid_m * BM
         n0 = pid_n * BN
-        k_tiles = k // BK
 
         smem_a, smem_b, smem_c = shared_tiles(spec, elem)
         a_layout = lds_layout(BM, BK, spec.a_k_contig)
@@ -503,14 +628,39 @@ def build(spec: KernelSpec):
         bias_buf = None
         if const_expr(spec.has_bias):
             bias_buf = buffer_of(bias)
+        a_mask = b_mask = (None, None)
+        if const_expr(spec.k_tail):
+            # Past K, point the DMA one element past each operand's span (num_records).
+            a_mask = (k, fx.get_scalar(fx.size(fx.get_layout(a))))
+            b_mask = (k, fx.get_scalar(fx.size(fx.get_layout(b))))
 
-        op_a = Operand(a_buf, smem_a, a_layout, BM, spec.a_k_contig, spec.a_iters, m0, m, lda)
-        op_b = Operand(b_buf, smem_b, b_layout, BN, spec.b_k_contig, spec.b_iters, n0, n, ldb)
+        op_a = Operand(a_buf, smem_a, a_layout, BM, spec.a_k_contig, spec.a_iters, m0, m, lda, None, *a_mask)
+        op_b = Operand(b_buf, smem_b, b_layout, BN, spec.b_k_contig, spec.b_iters, n0, n, ldb, None, *b_mask)
         loads = TileLoads(spec, tid, op_a, op_b)
         mma = Mma(spec, tid, elem, op_a, op_b, out_buf)
-        main_loop(spec, loads, mma, k_tiles)
-        stage_c_tile(spec, mma, smem_c, elem, n0, n, alpha, beta, bias_buf)
-        store_c_tile(spec, smem_c, elem, out_buf, tid, m0, n0, m, n, ldc)
+        main_loop(spec, loads, mma, k_tiles, kt0)
+        if const_expr(SPLIT > 1):
+            store_partial_tile(spec, mma, buffer_of(ws, 4), split, m0, n0, m, n)
+        else:
+            stage_c_tile(spec, mma, smem_c, elem, n0, n, alpha, beta, bias_buf)
+            store_c_tile(spec, smem_c, elem, out_buf, tid, m0, n0, m, n, ldc)
+
+    @flyc.kernel(name=spec.name + "_reduce", known_block_size=[REDUCE_THREADS, 1, 1])
+    def split_k_reduce_kernel(
+        out: fx.Tensor,
+        bias: fx.Tensor,
+        ws: fx.Tensor,
+        m: fx.Int32,
+        n: fx.Int32,
+        ldc: fx.Int32,
+        alpha: fx.Float32,
+        beta: fx.Float32,
+    ):
+        bias_buf = None
+        if const_expr(spec.has_bias):
+            bias_buf = buffer_of(bias)
+        reduce_partials(spec, buffer_of(ws, 4), buffer_of(out), bias_buf, m, n, ldc, alpha, beta,
+                        spec.elem_type())
 
     @flyc.jit
     def launch(
@@ -518,6 +668,7 @@ def build(spec: KernelSpec):
         a: fx.Tensor,
         b: fx.Tensor,
         bias: fx.Tensor,
+        ws: fx.Tensor,
         m: fx.Int32,
         n: fx.Int32,
         k: fx.Int32,
@@ -528,9 +679,14 @@ def build(spec: KernelSpec):
         beta: fx.Float32,
         stream: fx.Stream = fx.Stream(None),
     ):
-        grid_x = ((m + BM - 1) // BM) * ((n + BN - 1) // BN)
-        dense_gemm_kernel(out, a, b, bias, m, n, k, lda, ldb, ldc, alpha, beta).launch(
+        grid_x = ((m + BM - 1) // BM) * ((n + BN - 1) // BN) * SPLIT
+        dense_gemm_kernel(out, a, b, bias, ws, m, n, k, lda, ldb, ldc, alpha, beta).launch(
             grid=(grid_x, 1, 1), block=(THREADS, 1, 1), stream=stream
         )
+        if const_expr(SPLIT > 1):
+            reduce_x = (m * n + (REDUCE_THREADS - 1)) // REDUCE_THREADS
+            split_k_reduce_kernel(out, bias, ws, m, n, ldc, alpha, beta).launch(
+                grid=(reduce_x, 1, 1), block=(REDUCE_THREADS, 1, 1), stream=stream
+            )
 
     return launch

@@ -6,8 +6,11 @@ Launch convention (what ``kernel.build(spec)`` emits):
   an output tile inside the kernel (row-major over N tiles, or group-M swizzled);
 * block = ``(m_waves * n_waves * 64, 1, 1)``; static LDS only (no dynamic shared memory);
 * arguments, in order: ``out, a, b, bias`` as 1-D unit-stride tensors that start at each
-  operand's first element and cover its span (``flat_operand``), then
-  ``M, N, K, lda, ldb, ldc`` (int32, elements), ``alpha, beta`` (fp32), ``stream``.
+  operand's first element and cover its span (``flat_operand``), the fp32 split-K workspace
+  ``ws`` (``split_k * M * N`` elements, allocated per call; one unread element without
+  split-K), then ``M, N, K, lda, ldb, ldc`` (int32, elements), ``alpha, beta`` (fp32),
+  ``stream``. With split-K the grid is ``split_k`` times larger and a second kernel sums the
+  partial tiles into ``out``.
   ``lda`` is A's leading stride for its major (row: stride(0), col: stride(1)), same for B;
   ``ldc`` is out's row stride. Without a bias, ``bias`` is any 1-D tensor of the dtype (not read).
 
@@ -45,7 +48,7 @@ def checked_problem(a, b, out, bias=None) -> GemmProblem:
 
 def grid_block(cfg: DenseGemmConfig, m: int, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(grid, block) the launcher uses for an ``m x n`` output."""
-    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n) * cfg.split_k
     return (tiles, 1, 1), (cfg.threads, 1, 1)
 
 
@@ -81,18 +84,24 @@ def compile_args(
     if bias is not None and beta == 0.0:
         # torch.addmm ignores the bias when beta == 0 (NaN/inf in it must not propagate).
         bias = None
-    spec = KernelSpec(cfg, problem.dtype, problem.a_major, problem.b_major, bias is not None)
+    spec = KernelSpec(cfg, problem.dtype, problem.a_major, problem.b_major, bias is not None,
+                      k_tail=k % cfg.block_k != 0)
     if bias is not None:
         if bias.dim() == 2:  # expanded [M, N] with stride (0, 1): the first row is the vector
             bias = bias[0]
         bias_arg = flat_operand(bias)
     else:
         bias_arg = flat_operand(out)[:1]  # never read; keeps the signature fixed
+    if cfg.split_k > 1:
+        ws = torch.empty(cfg.split_k * m * n, dtype=torch.float32, device=out.device)
+    else:
+        ws = torch.empty(1, dtype=torch.float32, device=out.device)  # never read
     args = (
         flat_operand(out),
         flat_operand(a),
         flat_operand(b),
         bias_arg,
+        ws,
         int(m),
         int(n),
         int(k),

@@ -30,12 +30,17 @@ class GroupedGemmConfig(DenseGemmConfig):
     def from_key(cls, key: str) -> "GroupedGemmConfig":
         if not key.startswith(KEY_PREFIX):
             raise ValueError(f"not a grouped GEMM config key: {key!r}")
-        return cls(*astuple(DenseGemmConfig.from_key(key[len(KEY_PREFIX):])))
+        dense = DenseGemmConfig.from_key(key[len(KEY_PREFIX):])
+        if dense.split_k != 1:
+            raise ValueError(f"not a grouped GEMM config key (no split-K): {key!r}")
+        return cls(*astuple(dense))
 
     def static_problems(self) -> list[str]:
         p = super().static_problems()
         if self.group_m:
             p.append("group_m must be 0 (tiles are assigned from the group offsets at run time)")
+        if self.split_k != 1:
+            p.append("split_k must be 1 (the grouped kernel has no split-K)")
         return p
 
 

@@ -14,7 +14,7 @@ checks take the formats.
 from __future__ import annotations
 
 import itertools
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, fields
 from typing import Optional
 
 import torch
@@ -109,7 +109,10 @@ class ScaledGemmConfig:
     def from_key(cls, key: str) -> "ScaledGemmConfig":
         if not key.startswith(KEY_PREFIX):
             raise ValueError(f"not a scaled GEMM config key: {key!r}")
-        return cls(*astuple(DenseGemmConfig.from_key(key[len(KEY_PREFIX):])))
+        dense = DenseGemmConfig.from_key(key[len(KEY_PREFIX):])
+        if dense.split_k != 1:
+            raise ValueError(f"not a scaled GEMM config key (no split-K): {key!r}")
+        return cls(*astuple(dense)[:len(fields(cls))])
 
     def __str__(self) -> str:
         return self.key()

@@ -267,8 +267,11 @@ class ScaledMma:
         word = fx.ptr_load(ptr + (row * 4 + self.g))
         return word if steps == 4 else word.to(fx.Int32)
 
-    def compute_stage(self, stage):
-        """acc += the K tile in LDS stage ``stage``."""
+    def compute_stage(self, stage, issue=None):
+        """acc += the K tile in LDS stage ``stage``, after ``issue()`` (the next tile's DMAs, or
+        None)."""
+        if issue is not None:
+            issue()
         spec, cfg, tb = self.spec, self.spec.cfg, self.spec.tb
         a_stage = self.a.smem + stage * (cfg.block_m * tb.a_row // UNIT_BYTES)
         b_stage = self.b.smem + stage * (cfg.block_n * tb.b_row // UNIT_BYTES)
