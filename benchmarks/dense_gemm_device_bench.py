@@ -1,5 +1,6 @@
 """Time the dense GEMM family on an MI350 (gfx950): every curated FlyDSL config that fits,
-against ATen (``torch.mm``) and Inductor's Triton mm template, on 15 BF16 NT LLM shapes.
+against ATen (``torch.mm``) and Inductor's Triton GEMM (max-autotune, Triton only), on 15
+BF16 NT LLM shapes.
 
     python benchmarks/dense_gemm_device_bench.py [--shapes 1,4,15] [--via launcher|op]
         [--timing graph|events] [--no-triton] [--warmup 10] [--iters 50] [--flush-l2] [--no-check]
@@ -23,22 +24,26 @@ bias. Llama-style projections, decode to prefill:
 Timed: ATen ``torch.mm(x, W.t(), out=y)`` and FlyDSL write one preallocated output; Triton
 (which allocates its output each call): ``torch.compile(torch.mm,
 mode="max-autotune-no-cudagraphs")`` with
-``max_autotune_gemm_backends="TRITON"`` (Inductor's Triton mm template alone; when the
-compiled code holds no template kernel the column stays empty with the reason); FlyDSL: every
+``max_autotune_gemm_backends="TRITON"``: Inductor's Triton mm template, or where Inductor
+decomposes the mm (M=1) its own Triton reduction, which the note names (a shape whose compiled
+code runs no Triton kernel leaves the column empty, with the reason); FlyDSL: every
 curated config that fits (``family.configs_for``) through the launcher with the compiled kernel
 and its packed arguments reused (``--via op``: ``torch.ops.torch_flydsl.dense_mm_out`` under
 ``ops.strict()``, what Inductor's generated code calls), the fastest correct one reported.
 
-Timing (``--timing``): ``graph`` (default) captures ``--iters`` back-to-back calls in one CUDA
-graph on a side stream after ``--warmup`` eager calls, replays it once to warm up, then takes
-the median of 5 timed replays divided by ``--iters``: warm caches (operands stay in L2/MALL
-between calls) and no host launch overhead. Where capture fails for a column, that column is
-timed with ``events`` instead and the note says so. ``events``: ``torch.cuda.Event`` around
-``--iters`` back-to-back eager calls (host overhead included where the host is slower than the
-kernel); with ``--flush-l2`` (events only) a 512 MiB buffer is zeroed before each call and the
-median single call is taken. Correctness (unless ``--no-check``), before timing: every result
-against the float64 product on the device; a result whose max error exceeds 2^-7 max|ref| is
-reported and never timed or picked.
+Correctness first (unless ``--no-check``): every config's, ATen's and Triton's result against
+the float64 product on the device; a result whose max error exceeds 2^-7 max|ref| is reported
+and never timed or picked. Then timing (``--timing``): ``graph`` (default) captures
+``--iters`` back-to-back calls of each column in its own CUDA graph on a side stream (after
+``--warmup`` eager calls, then one warm-up replay) and times 5 replays of each, interleaved
+over all of the shape's columns (round r starts at the r-th), taking the median per column
+divided by ``--iters``: warm caches (operands stay in L2/MALL between calls), no host launch
+overhead, and clock or power drift during a shape falls on every column alike. Where capture
+fails for a column, that column is timed with ``events`` and the note says so. ``events``:
+``torch.cuda.Event`` around ``--iters`` back-to-back eager calls per column, one column after
+another (host overhead included where the host is slower than the kernel); with
+``--flush-l2`` (events only) a 512 MiB buffer is zeroed before each call and the median single
+call is taken.
 
 Prints a table, geometric-mean speedups (vs ATen, vs Triton, vs the faster of the two per
 shape) and wins/ties/losses within +-1% against the faster of the two; writes
@@ -117,12 +122,15 @@ def aten_fn(a, b, out) -> Callable[[], torch.Tensor]:
 
 
 class TritonUnavailable(RuntimeError):
-    """Inductor's compiled mm holds no Triton template kernel here: skip the column."""
+    """Inductor's compiled mm for these operands runs no Triton kernel (it called ATen)."""
 
 
 def triton_fn(a, b) -> Callable[[], torch.Tensor]:
-    """Inductor's Triton mm template alone, compiled for these operands (it allocates its
-    output each call; under graph capture that comes from the graph's private pool)."""
+    """What Inductor's max-autotune makes of this mm with Triton as its only GEMM backend: its
+    Triton mm template, or (where Inductor decomposes the mm, as it does for M=1) its own Triton
+    reduction; ``.template`` says which. It allocates its output each call (under graph capture
+    from the graph's private pool). Raises ``TritonUnavailable`` when the compiled code runs
+    no Triton kernel."""
     import torch._dynamo
     import torch._inductor.config as ic
     from torch._inductor.utils import run_and_get_code
@@ -136,9 +144,15 @@ def triton_fn(a, b) -> Callable[[], torch.Tensor]:
             if "NoValidChoices" in f"{type(e).__name__} {e}":
                 raise TritonUnavailable("Inductor offered no Triton mm template here") from e
             raise
-    if not any("triton_tem_" in c for c in code):
-        raise TritonUnavailable("Inductor's compiled mm holds no Triton template kernel here")
-    return lambda: fn(a, b)
+    src = "\n".join(code)
+    if "extern_kernels.mm" in src or "triton_" not in src:
+        raise TritonUnavailable("Inductor's compiled mm runs no Triton kernel here")
+
+    def call():
+        return fn(a, b)
+
+    call.template = "triton_tem_" in src
+    return call
 
 
 def flydsl_fn(via: str, cfg, problem, a, b, out) -> Callable[[], torch.Tensor]:
@@ -166,9 +180,9 @@ def flydsl_fn(via: str, cfg, problem, a, b, out) -> Callable[[], torch.Tensor]:
     return lambda: (compiled(*args), out)[1]
 
 
-def graph_time_ms(fn: Callable, warmup: int, iters: int, replays: int = GRAPH_REPLAYS) -> float:
-    """Milliseconds per call: ``iters`` calls captured in one CUDA graph on the current
-    (side) stream, replayed once to warm up, then the median of ``replays`` timed replays."""
+def _capture(fn: Callable, warmup: int, iters: int):
+    """``iters`` calls of ``fn`` captured in one CUDA graph on the current (side) stream after
+    ``warmup`` eager calls, replayed once to warm up."""
     for _ in range(warmup):
         fn()
     torch.cuda.current_stream().synchronize()
@@ -178,38 +192,61 @@ def graph_time_ms(fn: Callable, warmup: int, iters: int, replays: int = GRAPH_RE
             fn()
     graph.replay()
     torch.cuda.current_stream().synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / iters)
-    return statistics.median(times)
+    return graph
 
 
-def measure(fn: Callable, ref, args, flush) -> dict:
-    """``err`` (against ``ref``) from the first call, then ``ms`` under ``args.timing``;
-    ``error`` on any exception. A graph capture that fails falls back to events (``timed``
-    says which ran)."""
-    entry = {}
+def graph_times_ms(fns: list, warmup: int, iters: int, replays: int = GRAPH_REPLAYS) -> list:
+    """Per callable, milliseconds per call from replays of its CUDA graph: the median of
+    ``replays`` timed replays, interleaved over the callables (round r starts at the r-th) so
+    that clock or power drift during the run falls on every column alike. Where a capture
+    fails, its exception instead of a time."""
+    graphs = []
+    for fn in fns:
+        try:
+            graphs.append(_capture(fn, warmup, iters))
+        except Exception as e:  # something in the call cannot be captured
+            graphs.append(e)
+            torch.cuda.synchronize()
+    live = [i for i, g in enumerate(graphs) if not isinstance(g, Exception)]
+    times: dict = {i: [] for i in live}
+    for r in range(replays):
+        k = r % len(live) if live else 0
+        for i in live[k:] + live[:k]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graphs[i].replay()
+            end.record()
+            end.synchronize()
+            times[i].append(start.elapsed_time(end) / iters)
+    return [g if isinstance(g, Exception) else statistics.median(times[i]) for i, g in enumerate(graphs)]
+
+
+def check(fn: Callable, ref) -> dict:
+    """``err`` of ``fn``'s first call against ``ref`` (NaN without one), or ``error``."""
     try:
-        entry["err"] = rel_error(fn(), ref)
-        if entry["err"] > ERROR_LIMIT:  # NaN (no check) compares False and is timed
-            return entry
-        if args.timing == "graph":
-            try:
-                entry["ms"], entry["timed"] = graph_time_ms(fn, args.warmup, args.iters), "graph"
-                return entry
-            except Exception as e:  # something in the call cannot be captured
-                entry["graph_error"] = f"{type(e).__name__}: {e}"[:200]
-                if torch.cuda.is_available():
-                    torch.cuda.synchronize()
-        entry["ms"], entry["timed"] = time_ms(fn, args.warmup, args.iters, flush), "events"
+        return {"err": rel_error(fn(), ref)}
     except Exception as e:  # compile or launch failure
-        entry["error"] = f"{type(e).__name__}: {e}"[:200]
-    return entry
+        return {"error": f"{type(e).__name__}: {e}"[:200]}
+
+
+def time_entries(todo: list, args, flush) -> None:
+    """Time every ``(entry, fn)`` whose check passed (NaN, no check, counts as passed): sets
+    ``ms`` and ``timed`` (``graph``, or ``events`` where capture failed, with ``graph_error``)."""
+    todo = [(e, fn) for e, fn in todo if "error" not in e and not e["err"] > ERROR_LIMIT]
+    rest = todo
+    if args.timing == "graph":
+        rest = []
+        for (e, fn), t in zip(todo, graph_times_ms([fn for _, fn in todo], args.warmup, args.iters)):
+            if isinstance(t, Exception):
+                e["graph_error"] = f"{type(t).__name__}: {t}"[:200]
+                rest.append((e, fn))
+            else:
+                e.update(ms=t, timed="graph")
+    for e, fn in rest:
+        try:
+            e.update(ms=time_ms(fn, args.warmup, args.iters, flush), timed="events")
+        except Exception as ex:
+            e["error"] = f"{type(ex).__name__}: {ex}"[:200]
 
 
 def _note(who: str, entry: dict) -> Optional[str]:
@@ -220,9 +257,10 @@ def _note(who: str, entry: dict) -> Optional[str]:
     return None
 
 
-def bench_shape(m: int, n: int, k: int, args, flush, config_rows: list, dev, state: dict) -> dict:
-    """One suite entry: every fitting config's error and time (appended to ``config_rows``),
-    the fastest correct config, ATen and Triton. ``state`` carries Triton's availability."""
+def bench_shape(m: int, n: int, k: int, args, flush, config_rows: list, dev) -> dict:
+    """One suite entry: every fitting config's error (appended to ``config_rows``), ATen's and
+    Triton's, all checked first; then every correct one timed (graph replays interleaved over
+    all of them); the fastest correct config is FlyDSL's."""
     from torch_flydsl.templates.base import Decline
     from torch_flydsl.templates.dense_gemm import reference
 
@@ -232,40 +270,49 @@ def bench_shape(m: int, n: int, k: int, args, flush, config_rows: list, dev, sta
         return {**row, "note": f"declined: {problem}"}
     a, b, out = operands(m, n, k, dev)
     ref = None if args.no_check else reference(a, b, device=dev)
-    notes, wrong, best = [], 0, None
+    notes, todo, mine = [], [], []
     for cfg in candidates(problem, args.breadth):
         out.fill_(float("nan"))
         entry = {"M": m, "N": n, "K": k, "config": cfg.key()}
         try:
-            entry.update(measure(flydsl_fn(args.via, cfg, problem, a, b, out), ref, args, flush))
+            fn = flydsl_fn(args.via, cfg, problem, a, b, out)
+            entry.update(check(fn, ref))
+            todo.append((entry, fn))
         except Exception as e:  # building the launcher's arguments failed
             entry["error"] = f"{type(e).__name__}: {e}"[:200]
+        mine.append(entry)
+    aten = {}
+    fn = aten_fn(a, b, out)
+    aten.update(check(fn, ref))
+    todo.append((aten, fn))
+    tri = None
+    if not args.no_triton:
+        try:
+            fn = triton_fn(a, b)
+            tri = check(fn, ref)
+            todo.append((tri, fn))
+            if not getattr(fn, "template", True):
+                notes.append("Triton: Inductor decomposed the mm (no mm template)")
+        except Exception as e:  # no Triton kernel for this shape, or an Inductor compile failure
+            notes.append(f"Triton: {type(e).__name__}: {e}"[:200])
+    time_entries(todo, args, flush)
+    for entry in mine:
         if "error" in entry:
-            print(f"  {m}x{n}x{k} {cfg.key()}: {entry['error']}", file=sys.stderr)
-        config_rows.append(entry)
-        if entry.get("err", 0) > ERROR_LIMIT:
-            wrong += 1
-        elif "ms" in entry and (best is None or entry["ms"] < best["ms"]):
-            best = entry
+            print(f"  {m}x{n}x{k} {entry['config']}: {entry['error']}", file=sys.stderr)
+    config_rows.extend(mine)
+    wrong = sum(1 for e in mine if e.get("err", 0) > ERROR_LIMIT)
     if wrong:
         notes.append(f"{wrong} config(s) above the error limit")
-    if best:
+    timed = [e for e in mine if "ms" in e]
+    if timed:
+        best = min(timed, key=lambda e: e["ms"])
         row.update(flydsl_config=best["config"], flydsl_ms=best["ms"], flydsl_err=best["err"])
-        if _note("FlyDSL", best):
-            notes.append(_note("FlyDSL", best))
-    aten = measure(aten_fn(a, b, out), ref, args, flush)
+        notes += filter(None, [_note("FlyDSL", best)])
     row.update(aten_ms=aten.get("ms"), aten_err=aten.get("err"))
     notes += filter(None, [_note("ATen", aten)])
-    if not args.no_triton and "triton_off" not in state:
-        try:
-            tri = measure(triton_fn(a, b), ref, args, flush)
-            row.update(triton_ms=tri.get("ms"), triton_err=tri.get("err"))
-            notes += filter(None, [_note("Triton", tri)])
-        except TritonUnavailable as e:
-            state["triton_off"] = str(e)
-            print(f"dense_gemm_device_bench: no Triton column: {e}", file=sys.stderr)
-        except Exception as e:  # an Inductor compile failure for this shape
-            notes.append(f"Triton: {type(e).__name__}: {e}"[:200])
+    if tri is not None:
+        row.update(triton_ms=tri.get("ms"), triton_err=tri.get("err"))
+        notes += filter(None, [_note("Triton", tri)])
     finish_row(row)
     row["note"] = "; ".join(notes)
     return row
@@ -354,10 +401,11 @@ def plan(shapes, args) -> str:
     for keys, where in sets.items():
         scope = "every shape" if len(where) == len(rows) else ", ".join(where)
         lines.append(f"\nconfigs ({scope}): {', '.join(keys) or 'none'}")
-    timing = (f"CUDA-graph replay of {args.iters} calls (median of {GRAPH_REPLAYS} replays), warm caches"
+    timing = (f"CUDA graphs of {args.iters} calls, median of {GRAPH_REPLAYS} replays interleaved over the columns, "
+              "warm caches"
               if args.timing == "graph" else
               f"events around {args.iters} calls" + (", L2 flushed before each" if args.flush_l2 else ", warm caches"))
-    triton = "off" if args.no_triton else "Inductor's Triton mm template (max-autotune, TRITON only)"
+    triton = "off" if args.no_triton else "Inductor max-autotune with TRITON as its only GEMM backend"
     lines.append(f"\nper shape: float64 check{' (off)' if args.no_check else ''}, then timed ({timing}, "
                  f"{args.warmup} warm-up calls): every config via {args.via}, ATen torch.mm, Triton: {triton}")
     return "\n".join(lines)
@@ -373,19 +421,17 @@ def run(args, shapes) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda") if args.flush_l2 else None
-    rows, config_rows, state = [], [], {}
+    rows, config_rows = [], []
     dev = torch.device("cuda", torch.cuda.current_device())
     side = torch.cuda.Stream(dev)  # graph capture needs a non-default stream; events use it too
     with torch.cuda.stream(side):
         for _, (m, n, k) in shapes:
             print(f"{m}x{n}x{k} ...", file=sys.stderr, flush=True)
-            rows.append(bench_shape(m, n, k, args, flush, config_rows, dev, state))
+            rows.append(bench_shape(m, n, k, args, flush, config_rows, dev))
             torch.cuda.empty_cache()
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__} (HIP {torch.version.hip}), "
           f"FlyDSL via {args.via}, timing {args.timing}, "
           f"{'L2 flushed' if flush is not None else 'warm caches'}")
-    if "triton_off" in state:
-        print(f"Triton column empty: {state['triton_off']}")
     print(table([[r.get(c) for c in PRINTED] for r in rows], PRINTED))
     print("\n".join(summary(rows)))
     write_csv(out_dir / "dense_gemm_bench.csv", rows, COLUMNS)
@@ -403,7 +449,7 @@ def parse_args(argv=None):
     p.add_argument("--breadth", default="curated", choices=["baseline", "curated", "exhaustive"])
     p.add_argument("--via", default="launcher", choices=["launcher", "op"])
     p.add_argument("--timing", default="graph", choices=["graph", "events"])
-    p.add_argument("--no-triton", action="store_true", help="skip Inductor's Triton mm template")
+    p.add_argument("--no-triton", action="store_true", help="skip the Triton (Inductor) column")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--flush-l2", action="store_true", help="zero 512 MiB before each timed call (events only)")

@@ -56,7 +56,7 @@ def test_dry_run_lists_the_15_shapes_and_the_configs_each_would_time(bench):
     for r in rows:  # the count is what the family offers for that shape
         assert int(r[5]) == len(bench.candidates(bench.problem_for(*map(int, r[1:4])))) > 0
     assert out.startswith("15 shapes (bf16 NT: x[M,K] @ W[N,K].T, bf16 out)")
-    assert "CUDA-graph replay of 50 calls" in out and "ATen torch.mm" in out and "Triton mm template" in out
+    assert "CUDA graphs of 50 calls, median of 5 replays interleaved over the columns" in out and "ATen torch.mm" in out and "TRITON as its only GEMM backend" in out
 
 
 def test_without_a_rocm_gfx950_gpu_it_says_so_prints_the_plan_and_exits_0():
@@ -111,7 +111,7 @@ def stand_ins(bench, monkeypatch):
     monkeypatch.setattr(bench, "flydsl_fn", fake_flydsl)
     monkeypatch.setattr(bench, "aten_fn", lambda a, b, out: timed(2.0, lambda: torch.mm(a, b, out=out)))
     monkeypatch.setattr(bench, "triton_fn", lambda a, b: timed(1.5, lambda: torch.mm(a, b)))
-    monkeypatch.setattr(bench, "graph_time_ms", lambda fn, warmup, iters: fn.ms)
+    monkeypatch.setattr(bench, "graph_times_ms", lambda fns, warmup, iters: [fn.ms for fn in fns])
     monkeypatch.setattr(bench, "time_ms", lambda fn, warmup, iters, flush=None: fn.ms)
     return calls
 
@@ -123,7 +123,7 @@ def args(**kw):
 
 def test_bench_shape_picks_the_fastest_correct_config_and_computes_speedups(bench, stand_ins, tmp_path):
     config_rows = []
-    row = bench.bench_shape(16, 64, 256, args(), None, config_rows, torch.device("cpu"), {})
+    row = bench.bench_shape(16, 64, 256, args(), None, config_rows, torch.device("cpu"))
     offered = bench.candidates(bench.problem_for(16, 64, 256))
     assert stand_ins == [c.key() for c in offered] and len(config_rows) == len(offered)
     correct = [c for c in offered if c.block_m != 16]
@@ -141,14 +141,35 @@ def test_bench_shape_picks_the_fastest_correct_config_and_computes_speedups(benc
 
 
 def test_a_graph_capture_failure_is_timed_with_events_and_noted(bench, stand_ins, monkeypatch):
-    def no_capture(fn, warmup, iters):
-        raise RuntimeError("operation not permitted when stream is capturing")
+    def no_capture(fns, warmup, iters):
+        return [RuntimeError("operation not permitted when stream is capturing") for _ in fns]
 
-    monkeypatch.setattr(bench, "graph_time_ms", no_capture)
-    row = bench.bench_shape(64, 64, 128, args(no_triton=True), None, [], torch.device("cpu"), {})
+    monkeypatch.setattr(bench, "graph_times_ms", no_capture)
+    row = bench.bench_shape(64, 64, 128, args(no_triton=True), None, [], torch.device("cpu"))
     assert row["aten_ms"] == 2.0 and "triton_ms" not in row and row["x_best"] == row["x_aten"]
     assert "ATen: timed with events (graph capture failed: RuntimeError: operation not permitted" in row["note"]
     assert "FlyDSL: timed with events" in row["note"]
+
+
+def test_triton_decomposed_or_unavailable_is_noted_per_shape(bench, stand_ins, monkeypatch):
+    def decomposed(a, b):
+        def call():
+            return torch.mm(a, b)
+
+        call.ms, call.template = 1.0, False
+        return call
+
+    monkeypatch.setattr(bench, "triton_fn", decomposed)
+    row = bench.bench_shape(64, 64, 128, args(), None, [], torch.device("cpu"))
+    assert row["triton_ms"] == 1.0 and "Triton: Inductor decomposed the mm (no mm template)" in row["note"]
+
+    def unavailable(a, b):
+        raise bench.TritonUnavailable("Inductor's compiled mm runs no Triton kernel here")
+
+    monkeypatch.setattr(bench, "triton_fn", unavailable)
+    row = bench.bench_shape(64, 64, 128, args(), None, [], torch.device("cpu"))
+    assert "triton_ms" not in row and row["x_best"] == row["x_aten"]
+    assert "Triton: TritonUnavailable: Inductor's compiled mm runs no Triton kernel here" in row["note"]
 
 
 def test_summary_counts_wins_ties_and_losses_against_the_faster_of_aten_and_triton(bench):
