@@ -58,21 +58,22 @@ def test_every_curated_config_is_reported_and_has_a_main_loop(curated):
 
 def test_main_loop_schedule_of_every_curated_config(curated):
     assert_expected_inline("\n".join(c["line"] for c in curated), """\
-m128n128k64_w2x2_s2_g0 nt: 1 tile(s)/iter; per tile mfma 32, dma 8 (0 between mfma), vmcnt [0], lgkmcnt x12, barrier 1, branches 2+1, salu 18; mfma-free run 48, loop 105 instrs; vgpr 112 agpr 0 sgpr 30 lds 65536 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
-m16n32k128_w1x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 4, dma 6 (0 between mfma), vmcnt [0,6], lgkmcnt x4, barrier 1, branches 4+1, salu 32; mfma-free run 62, loop 77 instrs; vgpr 40 agpr 0 sgpr 30 lds 36864 spills 0 scratch 0; 4 wg/CU, 2 waves/SIMD
-m16n64k128_w1x2_s2_g0 nt: 1 tile(s)/iter; per tile mfma 8, dma 10 (0 between mfma), vmcnt [0], lgkmcnt x8, barrier 1, branches 2+1, salu 23; mfma-free run 56, loop 86 instrs; vgpr 44 agpr 0 sgpr 30 lds 40960 spills 0 scratch 0; 4 wg/CU, 2 waves/SIMD
-m16n128k128_w1x4_s2_g0 nt: 1 tile(s)/iter; per tile mfma 8, dma 9 (0 between mfma), vmcnt [0], lgkmcnt x8, barrier 1, branches 2+1, salu 22; mfma-free run 54, loop 84 instrs; vgpr 46 agpr 0 sgpr 30 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
-m32n128k64_w1x4_s3_g0 nt: 1 tile(s)/iter; per tile mfma 8, dma 5 (0 between mfma), vmcnt [0,5], lgkmcnt x4, barrier 1, branches 4+1, salu 30; mfma-free run 57, loop 74 instrs; vgpr 48 agpr 0 sgpr 30 lds 61440 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
-m64n64k64_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 8, dma 4 (0 between mfma), vmcnt [0,4], lgkmcnt x4, barrier 1, branches 4+1, salu 27; mfma-free run 52, loop 69 instrs; vgpr 52 agpr 0 sgpr 31 lds 49152 spills 0 scratch 0; 3 wg/CU, 3 waves/SIMD
-m64n128k64_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 16, dma 6 (0 between mfma), vmcnt [0,6], lgkmcnt x8, barrier 1, branches 4+1, salu 32; mfma-free run 63, loop 94 instrs; vgpr 78 agpr 0 sgpr 30 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
-m128n64k64_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 16, dma 6 (0 between mfma), vmcnt [0,6], lgkmcnt x8, barrier 1, branches 4+1, salu 32; mfma-free run 60, loop 95 instrs; vgpr 74 agpr 0 sgpr 35 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
-m128n128k64_w2x2_s3_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 8 (0 between mfma), vmcnt [0,8], lgkmcnt x12, barrier 1, branches 4+1, salu 31; mfma-free run 64, loop 121 instrs; vgpr 112 agpr 0 sgpr 31 lds 98304 spills 0 scratch 0; 1 wg/CU, 1 waves/SIMD
-m128n256k64_w2x4_s2_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 6 (0 between mfma), vmcnt [0], lgkmcnt x12, barrier 1, branches 2+1, salu 19; mfma-free run 44, loop 102 instrs; vgpr 108 agpr 0 sgpr 31 lds 98304 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD
-m256n128k64_w4x2_s2_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 6 (0 between mfma), vmcnt [0], lgkmcnt x12, barrier 1, branches 2+1, salu 20; mfma-free run 48, loop 105 instrs; vgpr 110 agpr 0 sgpr 31 lds 98304 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD
-m256n256k64_w2x4_s2_g8 nt: 1 tile(s)/iter; per tile mfma 64, dma 8 (0 between mfma), vmcnt [0], lgkmcnt x20, barrier 1, branches 2+1, salu 18; mfma-free run 52, loop 161 instrs; vgpr 176 agpr 0 sgpr 32 lds 135168 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD""")
+m128n128k32_w2x2_s4_g0 nt: 2 tile(s)/iter; per tile mfma 16, dma 4 (4 between mfma), vmcnt [8,8], lgkmcnt x9, barrier 1, branches 0+1, salu 10; mfma-free run 24, loop 104 instrs; vgpr 118 agpr 0 sgpr 34 lds 65536 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m16n64k128_w1x4_s3_g0 nt: 2 tile(s)/iter; per tile mfma 4, dma 5 (4 between mfma), vmcnt [5,5], lgkmcnt x8, barrier 1, branches 0+1, salu 20.5; mfma-free run 38, loop 118 instrs; vgpr 84 agpr 0 sgpr 36 lds 61440 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m16n64k128_w1x4_s3_g0_sk4 nt: 2 tile(s)/iter; per tile mfma 4, dma 5 (4 between mfma), vmcnt [5,5], lgkmcnt x8, barrier 1, branches 0+1, salu 22.5; mfma-free run 46, loop 122 instrs; vgpr 84 agpr 0 sgpr 37 lds 61440 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m16n64k128_w1x4_s3_g0_sk8 nt: 2 tile(s)/iter; per tile mfma 4, dma 5 (4 between mfma), vmcnt [5,5], lgkmcnt x8, barrier 1, branches 0+1, salu 22.5; mfma-free run 46, loop 122 instrs; vgpr 84 agpr 0 sgpr 37 lds 61440 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m32n64k128_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 8, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x8, barrier 1, branches 0+1, salu 23; mfma-free run 40, loop 76 instrs; vgpr 88 agpr 0 sgpr 32 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m32n64k128_w2x2_s3_g0_sk4 nt: 1 tile(s)/iter; per tile mfma 8, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x8, barrier 1, branches 0+1, salu 25; mfma-free run 42, loop 78 instrs; vgpr 86 agpr 0 sgpr 31 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m32n128k64_w1x4_s3_g0 nt: 2 tile(s)/iter; per tile mfma 8, dma 5 (5 between mfma), vmcnt [5,5], lgkmcnt x8, barrier 1, branches 0+1, salu 20.5; mfma-free run 39, loop 117 instrs; vgpr 80 agpr 0 sgpr 36 lds 61440 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m64n64k64_w2x2_s4_g0 nt: 2 tile(s)/iter; per tile mfma 8, dma 4 (4 between mfma), vmcnt [8,8], lgkmcnt x7, barrier 1, branches 0+1, salu 9.5; mfma-free run 26, loop 85 instrs; vgpr 76 agpr 0 sgpr 38 lds 65536 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m64n128k64_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 16, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x8, barrier 1, branches 0+1, salu 23; mfma-free run 38, loop 80 instrs; vgpr 108 agpr 0 sgpr 32 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m128n64k64_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 16, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x2, barrier 1, branches 0+1, salu 23; mfma-free run 38, loop 75 instrs; vgpr 110 agpr 0 sgpr 36 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m128n128k32_w2x2_s4_g8 nt: 2 tile(s)/iter; per tile mfma 16, dma 4 (4 between mfma), vmcnt [8,8], lgkmcnt x9, barrier 1, branches 0+1, salu 10; mfma-free run 24, loop 104 instrs; vgpr 118 agpr 0 sgpr 34 lds 65536 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+m128n256k64_w2x4_s3_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x6, barrier 1, branches 0+1, salu 23; mfma-free run 44, loop 100 instrs; vgpr 154 agpr 0 sgpr 31 lds 147456 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD
+m256n128k64_w4x2_s3_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x8, barrier 1, branches 0+1, salu 24; mfma-free run 43, loop 102 instrs; vgpr 154 agpr 0 sgpr 31 lds 147456 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD
+m256n256k32_w2x4_s4_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 4 (4 between mfma), vmcnt [8], lgkmcnt x5, barrier 1, branches 0+1, salu 12; mfma-free run 24, loop 74 instrs; vgpr 190 agpr 0 sgpr 32 lds 135168 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD""")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 9: steady-state schedule not landed")
 def test_issue_9_done_when_every_steady_state_config_passes(curated):
     """For every curated config offered where its workgroups run >= 4 K tiles: no vmcnt(0) in the
     main loop, at least half its DMAs between MFMAs, no branch besides the back edge, and >= 2
