@@ -3,10 +3,10 @@ as JSON on the last line, what ran and what was compiled.
 
 Options (argv, JSON): ``batches`` (call order), ``mode``: "dynamic" (``torch.compile(dynamic=True)``)
 or "mark_dynamic" (``torch._dynamo.mark_dynamic(x, 0)`` on every input, default ``dynamic``);
-``features``: [in, out]; ``bias``; ``cfg``: the one FlyDSL config key offered (timed as fastest:
-CPU timings mean nothing and an emulated kernel takes a fraction of a second per call);
-``transposed_input``: the input is ``[in, batch]`` storage seen through ``.t()`` (A column-major,
-its leading stride is the batch size).
+``features``: [in, out]; ``bias``; ``cfg``: the one FlyDSL config key offered (default: what the
+family offers); ``transposed_input``: the input is ``[in, batch]`` storage seen through ``.t()`` (A column-major,
+its leading stride is the batch size). FlyDSL choices are timed as fastest: CPU timings mean
+nothing, and an emulated kernel takes a fraction of a second per call.
 
 Reported: per call, the batch, the rows each FlyDSL kernel run computed (``kernel_rows``), the
 error against float64 and against eager, and whether Inductor compiled a graph for it; the
@@ -38,8 +38,10 @@ def main(opts):
     from torch_flydsl.templates.dense_gemm import config as dense_config
     from torch_flydsl.templates.dense_gemm import emulated
 
-    cfg = dense_config.DenseGemmConfig.from_key(opts["cfg"])
-    dense_config.search_space = lambda breadth="curated": [cfg]
+    if opts.get("cfg"):  # the only config, whatever the search breadth (else the family's own)
+        cfg = dense_config.DenseGemmConfig.from_key(opts["cfg"])
+        dense_config.search_space = lambda breadth="curated": [cfg]
+        dense_config.baseline_for = lambda problem: cfg
 
     bind = choices.bind_configs
 

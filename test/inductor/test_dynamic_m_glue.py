@@ -36,8 +36,11 @@ class SympyFacts:
     """Answers about symbolic sizes from sympy alone: ``s0 >= 2`` (Dynamo's backed sizes), no
     upper bound, size hint 64 (where every alignment rule holds: what fails is the proof)."""
 
+    def __init__(self, hint=64):
+        self.size_hint = hint
+
     def hint(self, x):
-        return int(sympy.sympify(x).subs(s0, 64))
+        return int(sympy.sympify(x).subs(s0, self.size_hint))
 
     def multiple_of(self, x, d):
         return sympy.Mod(sympy.sympify(x), d) == 0
@@ -54,9 +57,9 @@ def meta(shape, stride, offset=0):
     return TensorMeta(tuple(shape), tuple(stride), BF16, offset)
 
 
-def linear_operands(a_stride=(128, 1), a_offset=0, k=128, n=64):
-    """x @ W.T with x [s0, k] and W [n, k] row-major, out [s0, n]."""
-    return meta((s0, k), a_stride, a_offset), meta((k, n), (1, k)), meta((s0, n), (n, 1))
+def linear_operands(a_stride=None, a_offset=0, k=128, n=64):
+    """x @ W.T with x [s0, k] (row-major unless ``a_stride``) and W [n, k] row-major, out [s0, n]."""
+    return meta((s0, k), a_stride or (k, 1), a_offset), meta((k, n), (1, k)), meta((s0, n), (n, 1))
 
 
 # -- the family's rules on symbolic sizes ------------------------------------------------------
@@ -131,6 +134,21 @@ def test_a_config_whose_fit_changes_with_m_is_declined_for_a_dynamic_m(monkeypat
     assert static_offered == [small_m_only, config.BASELINE]
 
 
+def test_autotuning_off_offers_the_hints_pick_among_configs_that_fit_every_m():
+    from torch_flydsl.templates.dense_gemm import config
+
+    a, b, out = linear_operands(k=4096, n=4096)
+    problem = check_problem_for_every_m(a, b, out, facts=SympyFacts(hint=8))
+    hint_pick = config.baseline_for(problem.at_hint)
+    assert hint_pick.split_k > 1, "the scenario: a decode-sized hint picks split-K, which large M do not take"
+    (offered,), declined = family.configs_for(problem, "baseline")
+    assert offered.split_k == 1 and offered.block_m <= 32, offered  # still a decode-sized tile, for every M
+    ((cfg, why),) = declined
+    assert cfg == hint_pick and why.category == "fit", declined
+    assert why.reason.startswith(f"{hint_pick.key()}: fits M=s0 at its size hint 8 but not at M={INT32_MAX} (")
+    assert why.reason.endswith("), and one compiled choice serves every M")
+
+
 # -- compiled nn.Linear, end to end ------------------------------------------------------------
 
 
@@ -143,7 +161,8 @@ def run_linear(cache_dir, executor, **opts):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-SYMBOLIC_ROWS = re.compile(r"reinterpret_tensor\(\w+, \(s\d+, 64\), \(0, 1\), 0\)")
+# The bias expanded to [M, N] for a symbolic M: the generated call passes the batch it runs with.
+SYMBOLIC_ROWS = re.compile(r"reinterpret_tensor\(\w+, \(s\d+, \d+\), \(0, 1\), 0\)")
 
 
 def assert_one_kernel_serves_every_batch(r, batches):
@@ -179,14 +198,19 @@ def test_mark_dynamic_linear_runs_one_compiled_kernel_for_every_batch(cache):
     assert SYMBOLIC_ROWS.search(r["calls"][0]["flydsl_calls"][0]), r["calls"][0]
 
 
-def test_dynamic_linear_calls_the_plugin_op_with_the_runtime_batch(cache):
+def test_dynamic_linear_calls_the_plugin_op_with_the_family_pick_for_every_batch(cache):
     # Plumbing on every torch version, also where the emulator cannot run (flydsl 0.3.x): the
-    # reference stand-in computes what the kernel would.
+    # reference stand-in computes what the kernel would. The family picks the config (autotuning
+    # off): at the decode-sized hint that is a narrow tile without split-K, whose fit would end
+    # where the output tiles fill the GPU.
     batches = [5, 40, 300]
-    r = run_linear(cache, "reference-standin", batches=batches, mode="mark_dynamic")
+    r = run_linear(cache, "reference-standin", batches=batches, mode="mark_dynamic", features=[4096, 1024], cfg=None)
     assert [c["compiled_graph"] for c in r["calls"]] == [True, False, False] and r["frames"] == 1
     (call,) = r["calls"][0]["flydsl_calls"]
     assert "torch_flydsl.dense_addmm_out" in call and SYMBOLIC_ROWS.search(call), call
+    (offer,) = [n for n in r["flydsl_notes"] if "offering" in n]
+    assert re.fullmatch(r"addmm node \S+: offering 1 FlyDSL config\(s\) for every s\d+ \(size hint 5\): m16n\d+k\d+_w\dx\d_s\d_g\d",
+                        offer), offer
     assert all(c["rel_err"] < 1e-2 for c in r["calls"]) and r["flydsl_log"] == []
 
 

@@ -69,32 +69,64 @@ def problem_from_symbolic_metas(aten_op: str, inputs: list, out, scalars: dict, 
 
 
 def configs_for(problem, breadth: str):
-    """The configs of ``breadth`` that fit ``problem``, and the others with their reasons. For a
-    ``DynamicM`` the one compiled choice serves every M: a config must fit at M's size hint and
-    at both ends of M's range (a fit that changes with M, as split-K's does, is declined)."""
-    from dataclasses import replace
+    """The configs of ``breadth`` that fit ``problem``, and the others with their reasons.
 
-    from ..base import Decline
-    from .config import config_fits
+    For a ``DynamicM`` one compiled choice serves every M, so a config must fit at M's size hint
+    and at both ends of M's range; one whose fit changes with M (split-K's does) is declined.
+    The ``baseline`` breadth then offers the pick for the hint among configs that fit every M.
+    """
     from .config import configs_for as fit
     from .problem import DynamicM
 
     if not isinstance(problem, DynamicM):
         return fit(problem, breadth)
+    if breadth == "baseline":
+        return _baseline_for_every_m(problem)
     fitting, declined = fit(problem.at_hint, breadth)
     every_m = []
     for cfg in fitting:
-        for m in (problem.m_min, problem.m_max):
-            d = config_fits(cfg, replace(problem.at_hint, m=m))
-            if d is not None:
-                why = d.reason.replace(f"{cfg.key()}: ", "")
-                declined.append((cfg, Decline(d.category, f"{cfg.key()}: fits M={problem.m} at its size hint "
-                                                          f"{problem.at_hint.m} but not at M={m} ({why}), and one "
-                                                          "compiled choice serves every M")))
-                break
-        else:
+        why = _fits_every_m(cfg, problem)
+        if why is None:
             every_m.append(cfg)
+        else:
+            declined.append((cfg, why))
     return every_m, declined
+
+
+def _fits_every_m(cfg, problem) -> "Optional[Decline]":
+    """None when ``cfg`` fits the ``DynamicM`` at its hint and at both ends of M's range."""
+    from dataclasses import replace
+
+    from ..base import Decline
+    from .config import config_fits
+
+    hint = problem.at_hint
+    d = config_fits(cfg, hint)
+    if d is not None:
+        return d
+    for m in (problem.m_min, problem.m_max):
+        d = config_fits(cfg, replace(hint, m=m))
+        if d is not None:
+            why = d.reason.replace(f"{cfg.key()}: ", "")
+            return Decline(d.category, f"{cfg.key()}: fits M={problem.m} at its size hint {hint.m} but not at "
+                                       f"M={m} ({why}), and one compiled choice serves every M")
+    return None
+
+
+def _baseline_for_every_m(problem):
+    """The autotuning-off pick for a ``DynamicM``: the hint's pick when it fits every M, else the
+    first of the by-size table's configs for the hint that does (``BASELINE`` past the table)."""
+    from ..base import pick_by_size
+    from . import config
+
+    hint_pick = config.baseline_for(problem.at_hint)
+    why = _fits_every_m(hint_pick, problem)
+    if why is None:
+        return [hint_pick], []
+    table = getattr(config, "_BASELINE_BY_M", ())
+    pick = pick_by_size(problem.at_hint.m, table, lambda cfg: _fits_every_m(cfg, problem) is None, config.BASELINE)
+    later = _fits_every_m(pick, problem)
+    return ([pick], [(hint_pick, why)]) if later is None else ([], [(hint_pick, why), (pick, later)])
 
 
 def call_kwargs(aten_op: str, scalars: dict) -> dict:
