@@ -220,3 +220,44 @@ def test_a_column_major_input_whose_leading_stride_is_the_batch_is_declined_with
     assert any(re.fullmatch(r"addmm node \S+: no FlyDSL choice: \[alignment\] A's leading stride s\d+ is not provably "
                             r"a multiple of 16 bytes for every size \(one compiled kernel serves them all\)", n)
                for n in r["flydsl_notes"]), r["flydsl_notes"]
+
+
+@pytest.mark.emulator  # FlyDSL 0.4+'s host argument packing, which the emulator harness shares
+def test_the_device_launchers_one_compiled_kernel_is_called_with_each_calls_sizes():
+    # On a GPU, launcher.launch compiles once per kernel spec and then calls that CompiledFunction
+    # with every call's operands; FlyDSL packs them with the call spec built at its first call.
+    # That spec must re-read sizes and pointers per call: packing M=300 with the spec of an M=7
+    # call gives the bytes a fresh M=300 spec would.
+    import ctypes
+
+    from flydsl.compiler.jit_function import _build_call_spec, _unwrap_jit_function
+
+    from torch_flydsl.templates.dense_gemm.config import DenseGemmConfig
+    from torch_flydsl.templates.dense_gemm.launcher import compile_args
+
+    cfg, w = DenseGemmConfig.from_key(CFG), torch.randn(64, 128, dtype=BF16)
+
+    def bound_args(m):
+        jit_fn, args = compile_args(cfg, torch.randn(m, 128, dtype=BF16), w.t(), torch.empty(m, 64, dtype=BF16))
+        jf, _ = _unwrap_jit_function(jit_fn)
+        jf._ensure_sig()
+        bound = jf._sig.bind(*args)
+        bound.apply_defaults()
+        jf._resolve_arguments(bound.arguments)
+        return jit_fn, jf, tuple(bound.arguments.values())
+
+    def pack(spec, values):
+        packed = []
+        for i, ctype, fill in spec:
+            slot = ctype()
+            if fill is not None:
+                fill(values[i], slot)
+            packed.append(bytes(slot) if ctype is not ctypes.c_void_p else slot.value)
+        return packed
+
+    fn7, jf, at7 = bound_args(7)
+    fn300, _, at300 = bound_args(300)
+    assert fn7 is fn300  # one jit function (one compiled kernel) per spec, whatever M
+    first_call_spec = _build_call_spec(jf._sig, at7)
+    assert pack(first_call_spec, at300) == pack(_build_call_spec(jf._sig, at300), at300)
+    assert pack(first_call_spec, at300) != pack(first_call_spec, at7)
