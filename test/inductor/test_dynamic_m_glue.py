@@ -26,7 +26,7 @@ from torch_flydsl.templates.dense_gemm.eligibility import check_problem_for_ever
 from torch_flydsl.templates.dense_gemm.problem import DynamicM
 
 PROBE = Path(__file__).with_name("dynamic_linear_probe.py")
-# A small curated config: 19 workgroups of 128 threads at M=300, K in one tile (fast to emulate).
+# A small config: 19 workgroups of 128 threads at M=300, K in one tile (fast to emulate).
 CFG = "m16n32k128_w1x2_s3_g0"
 BF16 = torch.bfloat16
 s0 = sympy.Symbol("s0", integer=True, positive=True)
