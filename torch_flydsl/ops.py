@@ -15,6 +15,7 @@ entry point that runs inside ``import torch``, and must also work when a user im
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 
 NAMESPACE = "torch_flydsl"
@@ -50,18 +51,27 @@ def _fall_back(impl, call, why: str) -> None:
     impl.torch_fallback(call)
 
 
+@functools.lru_cache(maxsize=None)
+def _run_deps():
+    """What ``run`` needs, imported once (function-level imports cost ~10 us per call)."""
+    from .emulator.errors import EmulatorError
+    from .runtime import launch_guard
+    from .runtime.compile import CompileError
+    from .templates.base import Decline
+
+    return EmulatorError, CompileError, launch_guard, Decline
+
+
 def run(family, custom_op: str, args: tuple, kwargs: dict) -> None:
     """The body of every custom op: check the operands it got, run the family's kernel on the
     executor this process allows, or compute PyTorch's result and say why."""
-    from .emulator.errors import EmulatorError
-    from .runtime.compile import CompileError
-    from .runtime.launch_guard import LaunchRefused, executor_for
-    from .templates.base import Decline
+    EmulatorError, CompileError, launch_guard, Decline = _run_deps()
+    LaunchRefused = launch_guard.LaunchRefused
 
     impl = family.impl()
     call = impl.parse_call(custom_op, args, kwargs)
     try:
-        executor = executor_for(call.out.device)
+        executor = launch_guard.executor_for(call.out.device)
         checked = impl.check_call(call)
     except (LaunchRefused, ValueError) as e:  # no usable FlyDSL/device here, or a key from elsewhere
         return _fall_back(impl, call, str(e))

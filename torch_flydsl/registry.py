@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
@@ -100,7 +101,8 @@ class Family:
         return next((op for op in self.custom_ops if op.baseline), None)
 
     def impl(self):
-        return importlib.import_module(self.module)
+        # sys.modules first: the custom ops ask for it on every call (import_module costs ~6 us).
+        return sys.modules.get(self.module) or importlib.import_module(self.module)
 
 
 @functools.lru_cache(maxsize=None)

@@ -67,13 +67,13 @@ def test_n_tail_inside_a_store_vector_with_aligned_ldc():
     assert rep.ok, rep
 
 
-def test_a_planted_low_precision_accumulator_breaks_the_accuracy_contract(monkeypatch):
+def test_a_planted_low_precision_accumulator_breaks_the_accuracy_contract(monkeypatch, request):
     # The accumulator rounded to bf16 after every K tile (32 of them): no memory or race
     # finding, every output written, errors ~3x PyTorch's own. The contract must fail it.
     import flydsl.expr as fx
     from flydsl.expr import range_constexpr
 
-    from torch_flydsl.templates.dense_gemm import kernel
+    from torch_flydsl.templates.dense_gemm import kernel, launcher
 
     class LowPrecisionMma(kernel.Mma):
         def compute_stage(self, stage, issue=None):
@@ -85,6 +85,8 @@ def test_a_planted_low_precision_accumulator_breaks_the_accuracy_contract(monkey
     assert emulate_gemm(cfg, 64, 64, 32 * 32, "nt").ok  # the real kernel meets it
     monkeypatch.setattr(kernel, "Mma", LowPrecisionMma)
     monkeypatch.setattr(kernel, "build", kernel.build.__wrapped__)  # trace afresh
+    launcher._kernel.cache_clear()  # the launcher's per-variant cache too (and again after the test)
+    request.addfinalizer(launcher._kernel.cache_clear)
     rep = emulate_gemm(cfg, 64, 64, 32 * 32, "nt")
     assert rep.emulation.ok and rep.outputs[0].unwritten == 0
     assert not rep.ok and any("relative error" in r for r in rep.reasons), rep

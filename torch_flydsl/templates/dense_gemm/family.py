@@ -6,6 +6,7 @@ the family's code when first called.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -180,11 +181,32 @@ def parse_call(custom_op: str, args: tuple, kwargs: dict) -> DenseCall:
     return DenseCall(kwargs["cfg"], a, b, kwargs["out"], bias, float(kwargs.get("alpha", 1.0)), float(kwargs.get("beta", 1.0)))
 
 
+# check_call's answers by (config key, operand geometries): the gate is a pure function of
+# shapes, strides, storage offsets and dtypes, and re-running it costs ~40 us per call (the
+# custom op runs it on every call). Bounded: past the limit answers are computed, not stored.
+_CHECKED: dict = {}
+_CHECKED_LIMIT = 4096
+
+
+def _geometry(t):
+    return None if t is None else (t.shape, t.stride(), t.storage_offset(), t.dtype)
+
+
 def check_call(call: DenseCall):
     """(config, problem) for these operands, or a Decline. Layouts chosen at compile time can
     still differ at run time (a cached graph fed other strides, an input whose flexible layout
-    was fixed later), so the custom op re-checks what it got. Raises ValueError for a key that
-    is not a dense config."""
+    was fixed later), so the custom op re-checks what it got (from a cache keyed by the
+    operands' geometry). Raises ValueError for a key that is not a dense config."""
+    key = (call.cfg_key, _geometry(call.a), _geometry(call.b), _geometry(call.out), _geometry(call.bias))
+    hit = _CHECKED.get(key)
+    if hit is None:
+        hit = _check_call(call)  # raises (not cached) for a key that is not a dense config
+        if len(_CHECKED) < _CHECKED_LIMIT:
+            _CHECKED[key] = hit
+    return hit
+
+
+def _check_call(call: DenseCall):
     from ..base import Decline
     from .config import DenseGemmConfig, config_fits
     from .eligibility import check_tensors
@@ -209,9 +231,16 @@ def execute(executor: str, cfg, problem, call: DenseCall) -> None:
 
         run_emulated(cfg, call.a, call.b, call.out, call.bias, call.alpha, call.beta, problem=problem)
     else:
-        from .launcher import launch
+        _launcher().launch(cfg, call.a, call.b, call.out, bias=call.bias, alpha=call.alpha, beta=call.beta,
+                           problem=problem)
 
-        launch(cfg, call.a, call.b, call.out, bias=call.bias, alpha=call.alpha, beta=call.beta, problem=problem)
+
+def _launcher():
+    # Imported on first use (this module is read inside ``import torch``); a function-level
+    # ``from .launcher import launch`` would cost ~4 us on every call of the custom op.
+    import sys
+
+    return sys.modules.get(__package__ + ".launcher") or importlib.import_module(".launcher", __package__)
 
 
 def torch_fallback(call: DenseCall) -> None:
