@@ -110,7 +110,7 @@ def test_a_failing_config_loses_instead_of_failing_the_compile(cache):
     # and the compile must succeed with a correct result. (Inductor's autotuner would also
     # swallow a RuntimeError, silently; the log line is what proves our guard handled it.)
     # Three small configs keep the emulation to seconds.
-    configs = ["m16n32k128_w1x2_s3_g0", "m16n64k128_w1x2_s2_g0", "m64n64k64_w2x2_s3_g0"]
+    configs = ["m16n64k128_w1x4_s3_g0", "m32n64k128_w2x2_s3_g0", "m64n64k64_w2x2_s4_g0"]
     failing = configs[1]
     env = {"TORCH_FLYDSL_EXECUTOR": "emulator", "TORCH_FLYDSL_AUTOTUNE": "1"}
     r = compile_in_subprocess(cache, env, op="mm", shape=[16, 32, 128], only_configs=configs, fail_config=failing)

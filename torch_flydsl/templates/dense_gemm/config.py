@@ -264,9 +264,13 @@ _BASELINE_BY_M = (
 )
 
 
-def baseline_for(problem: GemmProblem) -> DenseGemmConfig:
-    """The one config the ``baseline`` breadth offers for ``problem`` (all of them curated)."""
-    return pick_by_size(problem.m, _BASELINE_BY_M, lambda cfg: config_fits(cfg, problem) is None, BASELINE)
+def baseline_for(problem: GemmProblem, fits=None) -> DenseGemmConfig:
+    """The one config the ``baseline`` breadth offers for ``problem`` (all of them curated):
+    the first config of the by-M table's row that ``fits`` (default: ``config_fits`` says
+    None), else ``BASELINE``."""
+    if fits is None:
+        fits = lambda cfg: config_fits(cfg, problem) is None  # noqa: E731
+    return pick_by_size(problem.m, _BASELINE_BY_M, fits, BASELINE)
 
 
 def configs_for(problem: GemmProblem, breadth: str) -> tuple[list[DenseGemmConfig], list[tuple[DenseGemmConfig, Decline]]]:

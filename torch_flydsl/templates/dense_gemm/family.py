@@ -116,16 +116,14 @@ def _fits_every_m(cfg, problem) -> "Optional[Decline]":
 
 def _baseline_for_every_m(problem):
     """The autotuning-off pick for a ``DynamicM``: the hint's pick when it fits every M, else the
-    first of the by-size table's configs for the hint that does (``BASELINE`` past the table)."""
-    from ..base import pick_by_size
+    by-size pick for the hint among the configs that fit every M (``BASELINE`` past the table)."""
     from . import config
 
     hint_pick = config.baseline_for(problem.at_hint)
     why = _fits_every_m(hint_pick, problem)
     if why is None:
         return [hint_pick], []
-    table = getattr(config, "_BASELINE_BY_M", ())
-    pick = pick_by_size(problem.at_hint.m, table, lambda cfg: _fits_every_m(cfg, problem) is None, config.BASELINE)
+    pick = config.baseline_for(problem.at_hint, fits=lambda cfg: _fits_every_m(cfg, problem) is None)
     later = _fits_every_m(pick, problem)
     return ([pick], [(hint_pick, why)]) if later is None else ([], [(hint_pick, why), (pick, later)])
 
