@@ -88,9 +88,9 @@ def test_explain_lists_offered_configs():
 mm M=64 N=4096 K=4096 dtype=bf16 layout=nt, as if on gfx950 (search space: baseline)
 served by: plugin (torch_flydsl kernels (no in-tree backend in this torch))
 offered: 1 config(s)
-config                    threads    LDS bytes
-----------------------  ---------  -----------
-m128n128k32_w2x2_s4_g0        256        65536
+config                    threads    LDS bytes    workgroups
+----------------------  ---------  -----------  ------------
+m128n128k32_w2x2_s4_g0        256        65536            32
 """)
 
 

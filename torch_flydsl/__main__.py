@@ -41,7 +41,7 @@ def _cmd_explain(args) -> int:
 
     from tabulate import tabulate
 
-    from .explain import lds_bytes
+    from .explain import lds_bytes, workgroups
 
     ex, what = _explanation(args)
     if args.json:
@@ -56,8 +56,9 @@ def _cmd_explain(args) -> int:
         return 0
     print(f"offered: {len(ex.offered)} config(s)")
     if ex.offered:
-        print(tabulate([(c.key(), c.threads, lds_bytes(ex.op, c, ex.problem)) for c in ex.offered],
-                       headers=["config", "threads", "LDS bytes"]))
+        rows = [(c.key(), c.threads, lds_bytes(ex.op, c, ex.problem), workgroups(ex.op, c, ex.problem))
+                for c in ex.offered]
+        print(tabulate(rows, headers=["config", "threads", "LDS bytes", "workgroups"], missingval="-"))
     if ex.declined:
         print(f"declined: {len(ex.declined)} config(s)")
         print(tabulate([(c.key(), str(d)) for c, d in ex.declined], headers=["config", "reason"],

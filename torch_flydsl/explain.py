@@ -45,6 +45,12 @@ def lds_bytes(op: str, cfg: Any, problem: Any) -> int:
     return family_for(op).impl().lds_bytes(cfg, problem)
 
 
+def workgroups(op: str, cfg: Any, problem: Any) -> Optional[int]:
+    """Workgroups a config launches for this problem, where the family says (None otherwise)."""
+    fn = getattr(family_for(op).impl(), "workgroups", None)
+    return None if fn is None else fn(cfg, problem)
+
+
 @dataclass
 class Explanation:
     op: str

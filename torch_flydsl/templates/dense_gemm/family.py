@@ -145,6 +145,13 @@ def lds_bytes(cfg, problem) -> int:
     return cfg.lds_bytes
 
 
+def workgroups(cfg, problem) -> int:
+    """Workgroups the config launches for ``problem`` (explain's table; split-K included)."""
+    from .launcher import grid_block
+
+    return grid_block(cfg, problem.m, problem.n)[0][0]
+
+
 def explain_problem(aten_op: str, m: int, n: int, k: int, dtype, layout: str = "nt"):
     """The problem a contiguous ``layout`` GEMM poses ('t' = stored transposed), or a Decline."""
     from ..base import TensorMeta

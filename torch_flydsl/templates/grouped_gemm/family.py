@@ -75,6 +75,13 @@ def lds_bytes(cfg, problem) -> int:
     return cfg.lds_bytes
 
 
+def workgroups(cfg, problem) -> int:
+    """Persistent workgroups the config launches for ``problem`` (explain's table)."""
+    from .launcher import grid_block
+
+    return grid_block(cfg, problem.tokens, problem.groups, problem.n, None, problem.along_k)[0][0]
+
+
 def explain_problem(aten_op: str, m: int, n: int, k: int, dtype, groups: int = 8, b_major: str = "col"):
     """The problem an MoE forward with ``m`` tokens over ``groups`` experts poses (A [m, k]
     row-major, B [groups, k, n] with each expert's matrix ``b_major``), or a Decline."""

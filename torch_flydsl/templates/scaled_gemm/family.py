@@ -169,6 +169,13 @@ def lds_bytes(cfg, problem) -> int:
     return cfg.lds_bytes(problem.a_fmt, problem.b_fmt, problem.out_dtype)
 
 
+def workgroups(cfg, problem) -> int:
+    """Workgroups the config launches for ``problem`` (explain's table)."""
+    from .launcher import grid_block
+
+    return grid_block(cfg, problem.m, problem.n)[0][0]
+
+
 _MX_FORMATS = {"mxfp8": ("e4m3", "e4m3"), "mxfp8-e5m2": ("e5m2", "e5m2"), "mxfp4": ("e2m1", "e2m1"),
                "w4a8": ("e4m3", "e2m1")}
 DTYPES = tuple(_MX_FORMATS)
