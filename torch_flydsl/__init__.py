@@ -7,7 +7,7 @@ Activation normally happens through the ``torch.backends`` entry point at ``impo
 
 from ._version import __version__
 
-__all__ = ["__version__", "disabled", "enable", "is_enabled", "explain_mm"]
+__all__ = ["__version__", "disabled", "eager_enabled", "enable", "is_enabled", "explain_mm"]
 
 
 def enable() -> bool:
@@ -36,3 +36,12 @@ def disabled():
     from .eager import disabled as _disabled
 
     return _disabled()
+
+
+def eager_enabled() -> bool:
+    """Whether eager calls in this thread can reach FlyDSL kernels: the eager overrides are
+    registered in this process (plugin on, ``TORCH_FLYDSL_EAGER`` not 0, a ROCm build or a CPU
+    executor) and this thread is not inside ``disabled()``."""
+    from .eager import eager_enabled as _eager_enabled
+
+    return _eager_enabled()

@@ -64,12 +64,18 @@ KNOBS = (
         "device = launch on a gfx950 GPU; emulator = run kernels on CPU tensors through the gfx950 "
         "emulator (tests, demo); reference-standin = plumbing tests only: a float64 reference stands in for the kernel.",
     ),
-    Knob("TORCH_FLYDSL_LOG", "", "debug|info|warning|error: print the torch_flydsl logger (offers and declines per GEMM node) to stderr at that level."),
+    Knob("TORCH_FLYDSL_LOG", "", "debug|info|warning|error: print the torch_flydsl logger (offers and declines per GEMM node; at debug one line per eager call: FlyDSL <config> or the decline reason) to stderr at that level."),
+    Knob("TORCH_FLYDSL_EAGER", "1", "0 (or false/no/off) leaves the eager overrides (rms_norm, MXFP8 grouped GEMM, ...) unregistered: read at start-up; torch_flydsl.eager_enabled() reports it, torch_flydsl.disabled() switches them off per thread at run time."),
 )
 
 
 def disabled() -> bool:
     return env_flag("TORCH_FLYDSL_DISABLE")
+
+
+def eager_on() -> bool:
+    """``TORCH_FLYDSL_EAGER``: register the eager overrides (default on)."""
+    return env_flag("TORCH_FLYDSL_EAGER", True)
 
 
 def executor() -> str:

@@ -8,20 +8,32 @@ could be ours: the CUDA key on ROCm builds (the device's arch is checked per cal
 CPU key under the emulator / reference-standin executors, so tests and the demo drive the real
 dispatch path on CPU. Registration imports neither FlyDSL nor Inductor.
 
-``disabled()`` (thread-local, restores on exit) sends every call to PyTorch's kernel. A
-decline is logged at debug once per reason; a kernel that cannot run here (compile failure,
-no gfx950) falls back to PyTorch's kernel with one warning per reason; the emulator finding a
-kernel wrong (race, out of bounds) raises.
+``disabled()`` (thread-local, restores on exit) sends every call to PyTorch's kernel;
+``TORCH_FLYDSL_EAGER=0`` keeps the overrides from being registered at all (read at start-up);
+``eager_enabled()`` says whether this thread's calls can reach them. With the logger at debug
+(``TORCH_FLYDSL_LOG=debug``) every overridden call logs one line naming who served it
+(``FlyDSL <config>`` or ``PyTorch's kernel: <reason>``); without it the decline path costs no
+formatting. A kernel that cannot run here (compile failure, no gfx950) falls back to PyTorch's
+kernel with one warning per reason; the emulator finding a kernel wrong (race, out of bounds)
+raises.
+
+A family may also provide ``cpu_standin_kernels() -> ((op, key, kernel), ...)``: what a ROCm
+build routes natively but a CPU build does not (e.g. a composite op's GPU branch), installed
+only under the CPU executors so that the CPU stands for the gfx950 on the real dispatch path.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import warnings
 from typing import Any, Optional
 
 from ._log import log
+from .templates.base import Decline
+
+DEBUG = logging.DEBUG
 
 _local = threading.local()
 _libs: list = []  # keep the torch.library.Library objects alive
@@ -44,6 +56,13 @@ def is_disabled() -> bool:
     return getattr(_local, "off", False)
 
 
+def eager_enabled() -> bool:
+    """Whether eager calls in this thread can reach the plugin's kernels: overrides registered
+    in this process (plugin enabled, ``TORCH_FLYDSL_EAGER`` not off, a dispatch key that could
+    be ours) and not inside ``disabled()``."""
+    return bool(_registered) and not is_disabled()
+
+
 def dispatch_keys() -> tuple[str, ...]:
     """The keys whose calls could be ours in this process."""
     import torch
@@ -58,16 +77,45 @@ def dispatch_keys() -> tuple[str, ...]:
     return tuple(keys)
 
 
+def _deferred(override, key: str) -> Optional[str]:
+    """Why the plugin leaves this override's op to torch's in-tree FlyDSL override (torch 2.15+)
+    on ``key``, following the coexistence rule (``serving``); None: register ours. On the CUDA
+    key only an in-tree override that really registered the op counts (no device is queried at
+    import); under the CPU executors the CPU stands for the gfx950, so the install-level answer
+    decides, as everywhere else."""
+    from . import serving
+
+    if key == "CPU":
+        return serving.deferral(override.serving, "cpu")
+    why = serving.deferral(override.serving, "cuda", assume_gfx950=True)
+    if why:
+        from .runtime import intree
+
+        registered = intree._registered_eager_ops()
+        aten = intree.EAGER_ATEN.get(override.serving, override.target)
+        if registered is not None and aten not in registered:
+            return None
+    return why
+
+
 def register() -> None:
-    """Install every family's overrides for this process's keys (idempotent)."""
+    """Install every family's overrides for this process's keys (idempotent). Nothing with
+    ``TORCH_FLYDSL_EAGER=0``."""
     import torch
 
+    from . import config
     from .registry import families
 
+    if not config.eager_on():
+        return
     for family in families():
         for override in family.eager_overrides:
             for key in dispatch_keys():
                 if (override.target, key) in _registered:
+                    continue
+                why = _deferred(override, key)
+                if why:
+                    log.debug("aten.%s on %s: not overridden: %s", override.target, key, why)
                     continue
                 qualified = f"aten::{override.target}"
                 try:
@@ -80,6 +128,23 @@ def register() -> None:
                     lib.impl(override.target, _router(family, override, key, original), key, with_keyset=True)
                 _libs.append(lib)
                 _registered[(override.target, key)] = original
+                if key == "CPU":
+                    _register_cpu_standins(family)
+
+
+def _register_cpu_standins(family) -> None:
+    import torch
+
+    standins = getattr(family.impl(), "cpu_standin_kernels", None)
+    for op, key, kernel in (standins() if standins else ()):
+        if (op, key) in _registered:
+            continue
+        lib = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lib.impl(op, kernel, key, with_keyset=True)
+        _libs.append(lib)
+        _registered[(op, key)] = None
 
 
 def _router(family, override, key: str, original):
@@ -88,6 +153,8 @@ def _router(family, override, key: str, original):
             out = _take(family, override, args, kwargs)
             if out is not None:
                 return out
+        elif log.isEnabledFor(DEBUG):
+            log.debug("aten.%s: PyTorch's kernel: torch_flydsl.disabled()", override.target)
         if original is None:
             raise NotImplementedError(f"Could not run 'aten::{override.target}' with arguments from the '{key}' "
                                       "backend (PyTorch has no kernel for it there)")
@@ -105,13 +172,6 @@ def _say(level, key, msg, *args) -> None:
 
 def _take(family, override, args: tuple, kwargs: dict) -> Optional[Any]:
     """Our kernel's output for this call, or None for PyTorch's kernel."""
-    import logging
-
-    from .emulator.errors import EmulatorError
-    from .runtime.compile import CompileError
-    from .runtime.launch_guard import LaunchRefused, executor_for
-    from .templates.base import Decline
-
     impl = family.impl()
     try:
         taken = impl.eager_call(override.target, args, kwargs)
@@ -120,14 +180,24 @@ def _take(family, override, args: tuple, kwargs: dict) -> Optional[Any]:
              override.target, type(e).__name__, e)
         return None
     if isinstance(taken, Decline):
-        _say(logging.DEBUG, (override.target, str(taken)), "aten.%s: PyTorch's kernel: %s", override.target, taken)
+        if log.isEnabledFor(DEBUG):
+            log.debug("aten.%s: PyTorch's kernel: %s", override.target, taken)
         return None
-    call, cfg, problem = taken
+    return _run(impl, override, *taken)
+
+
+def _run(impl, override, call, cfg, problem) -> Optional[Any]:
+    from .emulator.errors import EmulatorError
+    from .runtime.compile import CompileError
+    from .runtime.launch_guard import LaunchRefused, executor_for
+
+    out = call.out
     try:
-        executor = executor_for(call.out.device)
+        executor = executor_for((out[0] if isinstance(out, tuple) else out).device)
         impl.execute(executor, cfg, problem, call)
     except LaunchRefused as e:
-        _say(logging.DEBUG, (override.target, str(e)), "aten.%s: PyTorch's kernel: %s", override.target, e)
+        if log.isEnabledFor(DEBUG):
+            log.debug("aten.%s: PyTorch's kernel: %s", override.target, e)
         return None
     except EmulatorError as e:
         if not isinstance(e.__cause__, CompileError):
@@ -139,5 +209,6 @@ def _take(family, override, args: tuple, kwargs: dict) -> Optional[Any]:
         _say(logging.WARNING, (cfg.key(), type(e).__name__), "FlyDSL %s not used, PyTorch's kernel runs: %s: %s",
              cfg.key(), type(e).__name__, e)
         return None
-    log.debug("aten.%s: FlyDSL %s", override.target, cfg.key())
-    return call.out
+    if log.isEnabledFor(DEBUG):
+        log.debug("aten.%s: FlyDSL %s", override.target, cfg.key())
+    return out

@@ -19,6 +19,7 @@ FAMILY_MODULES = (
     "torch_flydsl.templates.scaled_gemm.family",
     "torch_flydsl.templates.grouped_gemm.family",
     "torch_flydsl.templates.scaled_grouped_gemm.family",
+    "torch_flydsl.templates.rmsnorm.family",
 )
 
 

@@ -1,0 +1,193 @@
+"""The RMSNorm forward family as the glue sees it (``torch_flydsl.registry``).
+
+Eager only: ``F.rms_norm`` / ``torch.rms_norm`` is ``aten::rms_norm``, a CompositeImplicitAutograd
+op on every torch from 2.11 to 2.15, whose C++ body calls ``aten::_fused_rms_norm`` for GPU
+tensors. ``_fused_rms_norm`` has a CUDA (ROCm: HIP) kernel and its own autograd formula
+(``_fused_rms_norm_backward``, reading the saved input, weight and fp32 ``rstd``): overriding its
+CUDA-key kernel below autograd keeps PyTorch's backward, so the family returns ``(y, rstd)``
+exactly as PyTorch's kernel does. torch 2.15's in-tree FlyDSL override sits on the same op and
+key; the coexistence rule (``serving``) decides who registers.
+
+On a CPU (``TORCH_FLYDSL_EXECUTOR=emulator`` / ``reference-standin``) the CPU stands for the
+gfx950: CPU's ``rms_norm`` composite does the math inline instead of calling
+``_fused_rms_norm``, so ``cpu_standin_kernels`` installs what a ROCm build has natively: an
+``AutogradCPU`` kernel for ``rms_norm`` that calls ``_fused_rms_norm`` (as the GPU branch of the
+composite does), and a CPU ``_fused_rms_norm_backward`` from PyTorch's own decomposition (the
+GPU has a native kernel for it). Only those executors install them; no ROCm process does.
+
+Under ``torch.compile`` Inductor decomposes ``rms_norm`` / ``_fused_rms_norm`` itself (Triton
+code): the eager override is not in compiled graphs, and FakeTensors never reach it (they are
+handled at the Python key, above the backend keys it is registered on).
+
+Module level holds only the descriptor; everything else imports lazily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...registry import EagerOverride, Family
+
+FAMILY = Family(
+    name="rmsnorm",
+    module=__name__,
+    custom_ops=(),
+    eager_overrides=(EagerOverride("_fused_rms_norm", "rms_norm"),),
+)
+
+_ARGS = ("input", "normalized_shape", "weight", "eps")
+# Per-call decisions by call metadata (shapes, strides, dtypes, offsets, device, eps, executor):
+# the decline path of a repeated call is one dict lookup. Bounded: cleared when full.
+_DECISIONS: dict = {}
+_DECISIONS_MAX = 4096
+
+
+def __getattr__(name):
+    if name == "KERNEL_VERSION":
+        from .config import KERNEL_VERSION
+
+        return KERNEL_VERSION
+    raise AttributeError(name)
+
+
+def curated() -> tuple:
+    from .config import CURATED
+
+    return CURATED
+
+
+@dataclass
+class RmsNormCall:
+    x: Any
+    weight: Any
+    eps: Any
+    out: Any  # y
+    rstd: Any
+
+
+def _decide(x, normalized_shape, weight, eps, executor: str):
+    """``(config, problem)`` or a Decline for this call's metadata (uncached)."""
+    from ...runtime.launch_guard import device_decline
+    from ...serving import deferral
+    from ..base import Decline
+    from .config import configs_for
+    from .eligibility import check_tensors
+
+    why = device_decline(x.device)
+    if why:
+        return Decline("device", why)
+    why = deferral("rms_norm", x.device.type, x.device.index or 0)
+    if why:
+        return Decline("version", why)
+    problem = check_tensors(x, normalized_shape, weight, eps)
+    if isinstance(problem, Decline):
+        return problem
+    fitting, declined = configs_for(problem, "baseline")
+    if not fitting:
+        return declined[0][1]
+    return fitting[0], problem
+
+
+def eager_call(target: str, args: tuple, kwargs: dict):
+    """``(call, config, problem)`` for an eligible ``_fused_rms_norm`` call (outputs allocated),
+    or a Decline with the reason."""
+    from ... import config as knobs
+    from ..base import Decline
+
+    if kwargs:
+        v = dict(zip(_ARGS, args), **kwargs)
+        x, shape, weight, eps = v["input"], v["normalized_shape"], v.get("weight"), v.get("eps")
+    else:
+        x, shape, weight, eps = (tuple(args) + (None, None))[:4]
+    executor = knobs.executor()
+    w_key = None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.device,
+                                         weight.storage_offset())
+    key = (x.shape, x.stride(), x.dtype, x.device, x.storage_offset() % 16, tuple(shape), w_key, eps, executor)
+    decided = _DECISIONS.get(key)
+    if decided is None:
+        decided = _decide(x, shape, weight, eps, executor)
+        if len(_DECISIONS) >= _DECISIONS_MAX:
+            _DECISIONS.clear()
+        _DECISIONS[key] = decided
+    if isinstance(decided, Decline):
+        return decided
+    cfg, problem = decided
+    from .launcher import outputs_for
+
+    y, rstd = outputs_for(x)
+    return RmsNormCall(x, weight, eps, (y, rstd), rstd), cfg, problem
+
+
+def execute(executor: str, cfg, problem, call: RmsNormCall) -> None:
+    y, rstd = call.out
+    if executor == "reference-standin":
+        # Plumbing tests only (named so in every test that uses it): not a FlyDSL kernel.
+        from .reference import reference
+
+        ry, rr = reference(call.x, call.weight, call.eps)
+        y.copy_(ry.to(y.dtype))
+        rstd.copy_(rr.to(rstd.dtype))
+    elif executor == "emulator":
+        from .launcher import run_emulated
+
+        run_emulated(cfg, call.x, call.weight, y, rstd, call.eps, problem=problem)
+    else:
+        from .launcher import launch
+
+        launch(cfg, call.x, call.weight, y, rstd, call.eps, problem=problem)
+
+
+def torch_fallback(call: RmsNormCall):
+    """PyTorch's math for the same call (the decomposition ``_fused_rms_norm`` has everywhere)."""
+    from torch._decomp import decomposition_table
+    import torch
+
+    return decomposition_table[torch.ops.aten._fused_rms_norm.default](call.x, [call.x.shape[-1]], call.weight,
+                                                                         call.eps)
+
+
+def explain_problem(rows: int, n: int, dtype="bf16", weight: bool = True):
+    """The problem (or Decline) for a contiguous ``[rows, n]`` input, as if on gfx950."""
+    import torch
+
+    from ..base import TensorMeta
+    from .eligibility import check_problem
+
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}.get(dtype, dtype)
+    x = TensorMeta.contiguous((rows, n), dt)
+    w = TensorMeta.contiguous((n,), dt) if weight else None
+    return check_problem(x, (n,), w, None)
+
+
+def workgroups(cfg, problem) -> int:
+    from .launcher import workgroups_for
+
+    return workgroups_for(cfg, problem.rows)
+
+
+# ---- CPU stand-ins for what a ROCm build routes natively (emulator / reference-standin only) ----
+
+
+def _rms_norm_via_fused(keyset, input, normalized_shape, weight=None, eps=None):
+    """``aten::rms_norm`` as its composite's GPU branch: ``_fused_rms_norm(...)[0]``."""
+    import torch
+
+    return torch.ops.aten._fused_rms_norm.default(input, list(normalized_shape), weight, eps)[0]
+
+
+def _fused_rms_norm_backward_decomposed(keyset, *args):
+    """PyTorch's own ``_fused_rms_norm_backward`` formula (its decomposition), standing in for
+    the GPU kernel that CPU builds lack."""
+    import torch
+    from torch._decomp import decomposition_table
+
+    return decomposition_table[torch.ops.aten._fused_rms_norm_backward.default](*args)
+
+
+def cpu_standin_kernels() -> tuple:
+    """``(op, dispatch key, kernel)`` the eager glue installs when the CPU stands for the GPU."""
+    return (
+        ("rms_norm", "AutogradCPU", _rms_norm_via_fused),
+        ("_fused_rms_norm_backward", "CPU", _fused_rms_norm_backward_decomposed),
+    )
