@@ -20,6 +20,7 @@ FAMILY_MODULES = (
     "torch_flydsl.templates.grouped_gemm.family",
     "torch_flydsl.templates.scaled_grouped_gemm.family",
     "torch_flydsl.templates.rmsnorm.family",
+    "torch_flydsl.templates.topk.family",
 )
 
 

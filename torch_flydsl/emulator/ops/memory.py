@@ -418,6 +418,8 @@ def _rmw_lanes(W, addr, val, t, fn, loc, space, active=None):
     a = full(addr, lanes).astype(np.int64)
     v = full(val, lanes)
     old = np.zeros((lanes,) + v.shape[1:], v.dtype)
+    if space == 3:
+        return _rmw_lds(W, a, v, t, fn, rnd, nbytes, loc, active, old)
     for i in np.flatnonzero(active):
         one = np.zeros(lanes, np.bool_)
         one[i] = True
@@ -440,6 +442,52 @@ def _rmw_lanes(W, addr, val, t, fn, loc, space, active=None):
             global_write(W, a, to_bytes(new, t, lanes), loc, active=one)
         old[i] = cur[i]
     return old
+
+
+def _rmw_lds(W, a, v, t, fn, rnd, nbytes, loc, active, old):
+    """LDS read-modify-write of every active lane with the lane-order result of applying the
+    lanes one after another (``old`` = what each lane's RMW read): one LDS read of the bytes
+    before the instruction, the per-address chains in lane order on values, one LDS write of
+    each address's final value. Same memory, results and checker events (one wave's own
+    accesses) as going lane by lane, without an LDS access per lane."""
+    lanes = W.lanes
+    act = np.flatnonzero(active)
+    if act.size == 0:
+        return old
+    saved = W.mask
+    try:
+        W.mask = np.asarray(active, np.bool_)
+        cur = from_bytes(lds_read(W, a, nbytes, loc), t)
+        addrs = a[act]
+        uniq, first = np.unique(addrs, return_index=True)
+        if uniq.size == act.size:  # distinct addresses: every lane reads memory as it was
+            new = fn(cur, v)
+            if rnd is not None:
+                new = rnd(new)
+            old[act] = cur[act]
+            lds_write(W, a, to_bytes(new, t, lanes), loc)
+            return old
+        final = cur.copy()
+        state = {}
+        last = {}
+        for i in act:
+            ad = int(a[i])
+            c = state[ad] if ad in state else cur[i]
+            old[i] = c
+            nv = fn(c, v[i])
+            if rnd is not None:
+                nv = rnd(np.asarray(nv))
+            state[ad] = nv
+            last[ad] = i
+        writer = np.zeros(lanes, np.bool_)
+        for ad, i in last.items():
+            writer[i] = True
+            final[i] = state[ad]
+        W.mask = writer
+        lds_write(W, a, to_bytes(final, t, lanes), loc)
+        return old
+    finally:
+        W.mask = saved
 
 
 @register("llvm.atomicrmw")

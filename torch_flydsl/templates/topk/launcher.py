@@ -1,0 +1,103 @@
+"""Host side of the TopK kernel: row views, outputs, argument packing, launch, emulator run."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from ...runtime import kernel_cache
+from ..base import Decline, TensorMeta
+from .config import TopKConfig, baseline_for
+from .eligibility import check_problem
+from .problem import TopKProblem
+
+# Workgroups loop over rows beyond this (256 CUs x 8 resident workgroups of 256 threads).
+GRID_CAP = 2048
+
+
+def grid_for(problem: TopKProblem) -> int:
+    return max(1, min(problem.rows, GRID_CAP))
+
+
+def checked_problem(x: torch.Tensor, k: int, dim: int, largest: bool, sorted: bool) -> TopKProblem:
+    problem = check_problem(TensorMeta.of(x), k, dim, largest, sorted)
+    if isinstance(problem, Decline):
+        raise ValueError(f"TopK declines this call: {problem}")
+    return problem
+
+
+def allocate(x: torch.Tensor, problem: TopKProblem):
+    """Contiguous ``[rows, k]`` values (input dtype) and int64 indices."""
+    values = torch.empty(problem.rows, problem.k, dtype=x.dtype, device=x.device)
+    indices = torch.empty(problem.rows, problem.k, dtype=torch.int64, device=x.device)
+    return values, indices
+
+
+def shaped(x: torch.Tensor, dim: int, out: torch.Tensor) -> torch.Tensor:
+    """``out`` ([rows, k]) as ``topk``'s result shape: ``x``'s shape with ``k`` at ``dim``."""
+    moved = list(x.movedim(dim, -1).shape)
+    moved[-1] = out.shape[-1]
+    return out.view(moved).movedim(-1, dim)
+
+
+def kernel_spec(cfg: TopKConfig, problem: TopKProblem):
+    from .kernel import KernelSpec
+
+    return KernelSpec(cfg, problem.dtype, problem.largest, problem.sorted)
+
+
+def compile_args(cfg: TopKConfig, problem: TopKProblem, x: torch.Tensor, values: torch.Tensor,
+                 indices: torch.Tensor, stream: Any = None, grid: Optional[int] = None):
+    """``(jit_fn, args)`` for ``flyc.compile`` / the emulator; ``values``/``indices`` are
+    ``[rows, k]`` with unit-stride rows."""
+    import flydsl.expr as fx
+
+    from .kernel import build
+
+    span = (problem.rows - 1) * problem.row_stride + problem.n
+    flat_x = x.as_strided((span,), (1,), x.storage_offset())
+    flat_v = values.as_strided(((problem.rows - 1) * values.stride(0) + problem.k,), (1,), values.storage_offset())
+    flat_i = indices.as_strided(((problem.rows - 1) * indices.stride(0) + problem.k,), (1,), indices.storage_offset())
+    args = (flat_x, flat_v, flat_i, int(problem.rows), int(problem.n), int(problem.k), int(problem.row_stride),
+            int(values.stride(0)), int(indices.stride(0)), int(grid or grid_for(problem)),
+            stream if stream is not None else fx.Stream(None))
+    return build(kernel_spec(cfg, problem)), args
+
+
+def launch(cfg, problem, x, values, indices, stream=None):
+    """Run on the current HIP stream (real GPU only; never without HIP)."""
+    if not x.is_cuda:
+        raise RuntimeError("topk.launch needs device tensors on a ROCm GPU")
+    import flydsl.compiler as flyc
+
+    if stream is None:
+        stream = torch.cuda.current_stream(x.device)
+    jit_fn, args = compile_args(cfg, problem, x, values, indices, stream)
+    compiled, _ = kernel_cache.first_use(kernel_cache.launch_key(jit_fn, x.device), lambda: flyc.compile(jit_fn, *args))
+    compiled(*args)
+
+
+def run_emulated(cfg, problem, x, values, indices, grid: Optional[int] = None):
+    """Execute the compiled gfx950 kernel on CPU tensors (``TORCH_FLYDSL_EXECUTOR=emulator``);
+    raises ``EmulatorError`` on a race or an out-of-bounds access."""
+    from ...emulator import EmulatorError, emulate
+
+    jit_fn, args = compile_args(cfg, problem, x, values, indices, grid=grid)
+    report = emulate(jit_fn, args)
+    if not report.ok:
+        raise EmulatorError(f"TopK {cfg.key()}: {report}")
+    return report
+
+
+def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True,
+         cfg: Optional[TopKConfig] = None, executor: str = "emulator"):
+    """``(values, indices)`` from the FlyDSL kernel (the emulator on CPU tensors, or the GPU)."""
+    problem = checked_problem(x, k, dim, largest, sorted)
+    cfg = cfg or baseline_for(problem)
+    values, indices = allocate(x, problem)
+    if executor == "emulator":
+        run_emulated(cfg, problem, x, values, indices)
+    else:
+        launch(cfg, problem, x, values, indices)
+    return shaped(x, dim, values), shaped(x, dim, indices)
