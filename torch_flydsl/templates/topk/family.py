@@ -1,11 +1,12 @@
 """The TopK family as the glue sees it (``torch_flydsl.registry``): eager overrides of
 ``aten::topk`` and ``aten::topk.values`` (no Inductor seam: compiled graphs keep Inductor's
-own topk). Module level holds only the descriptor; everything else imports lazily.
+own topk). Where torch 2.15's in-tree FlyDSL TopK serves (flydsl 0.3.x), ``torch_flydsl.eager``
+registers neither override (the coexistence rule). Module level holds only the descriptor;
+everything else imports lazily.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -29,41 +30,17 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
-class TopKResult(tuple):
-    """``(values, indices)``: what the override returns; ``device`` for the eager glue, which
-    asks the result where the kernel runs."""
-
-    @property
-    def device(self):
-        return self[0].device
-
-
 @dataclass
 class TopKCall:
     x: Any
     dim: int
     values: Any  # [rows, k] kernel outputs
     indices: Any
-    out: TopKResult  # what the op returns (views of values/indices, or topk.values's out tensors)
+    out: tuple  # what the op returns (views of values/indices, or topk.values's out tensors)
     k: int = 1
     largest: bool = True
     sorted: bool = True
     user_out: Optional[tuple] = None  # topk.values: (values, indices) to resize and fill
-
-
-def _deferral(device_type: str, index: int) -> Optional[str]:
-    """Why torch's own in-tree FlyDSL TopK (torch 2.15 + flydsl 0.3.x) serves this call
-    instead of ours (``TORCH_FLYDSL_INTREE_POLICY``); cached per policy, executor and device."""
-    from ... import config
-
-    return _deferral_cached(config.intree_policy(), config.executor(), device_type, index)
-
-
-@functools.lru_cache(maxsize=64)
-def _deferral_cached(policy, executor, device_type, index):
-    from ...serving import deferral
-
-    return deferral("topk", device_type, index)
 
 
 def eager_call(target: str, args: tuple, kwargs: dict):
@@ -76,9 +53,6 @@ def eager_call(target: str, args: tuple, kwargs: dict):
 
     v = dict(zip(_ARGS, args), **kwargs)
     x, k = v["self"], v["k"]
-    why = _deferral(x.device.type, x.device.index or 0)
-    if why:
-        return Decline("coexistence", why)
     dim, largest, sorted_ = v.get("dim", -1), v.get("largest", True), v.get("sorted", True)
     if not isinstance(k, int):
         return Decline("shape", f"k={k!r} is symbolic; the kernel needs a concrete k")
@@ -98,7 +72,7 @@ def eager_call(target: str, args: tuple, kwargs: dict):
         return declined[0][1]
     dim %= x.dim()
     values, indices = allocate(x, problem)
-    out = TopKResult(user_out) if user_out else TopKResult((shaped(x, dim, values), shaped(x, dim, indices)))
+    out = user_out if user_out else (shaped(x, dim, values), shaped(x, dim, indices))
     return (TopKCall(x, dim, values, indices, out, problem.k, problem.largest, problem.sorted, user_out),
             fitting[0], problem)
 
