@@ -32,9 +32,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def run(executor, body, timeout=900):
+def run(executor, body, timeout=900, **extra_env):
     code = SCRIPT + textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
-    env = {**os.environ, "TORCH_FLYDSL_LOG": "debug", "TORCH_FLYDSL_EXECUTOR": executor}
+    env = {**os.environ, "TORCH_FLYDSL_LOG": "debug", "TORCH_FLYDSL_EXECUTOR": executor, **extra_env}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -74,6 +74,7 @@ def test_out_variant_smallest_unsorted_and_bf16_run_the_kernel():
 
 
 def test_standin_plumbing_and_declines_with_reasons():
+    # INTREE_POLICY=plugin: the plugin's overrides even where torch 2.15's in-tree TopK would serve.
     r = run("reference-standin", """
         x = torch.randn(4, 100, generator=g)
         res, n = served(lambda: torch.topk(x, 3, dim=1))
@@ -91,7 +92,7 @@ def test_standin_plumbing_and_declines_with_reasons():
         with torch_flydsl.disabled():
             res, n = served(lambda: torch.topk(x, 3))
         out["disabled"] = n
-    """)
+    """, TORCH_FLYDSL_INTREE_POLICY="plugin")
     assert r["plain"] == {"notes": ["aten.topk: FlyDSL topk_t256_kp4"], "exact": True}
     assert r["dim0"]["notes"] == ["aten.topk: FlyDSL topk_t256_kp4"] and r["dim0"]["shape"] == [3, 4]
     assert r["dim0"]["exact"]
@@ -122,3 +123,22 @@ def test_torch_compile_traces_with_fake_tensors_and_runs():
     """)
     assert r["compiled"] is True
     assert r["fake"] == [[3, 5], "torch.int64"]
+
+
+def test_no_override_where_torchs_in_tree_topk_serves():
+    # torch 2.15 + flydsl 0.3.x: torch's own FlyDSL TopK override serves; ours is not registered
+    # (the default defer policy). Elsewhere (2.11-2.14, or flydsl 0.4+) ours is.
+    r = run("reference-standin", """
+        from torch_flydsl import serving
+        out["deferral"] = serving.deferral("topk", "cpu")
+        x = torch.randn(2, 50, generator=g)
+        res, n = served(lambda: torch.topk(x, 3))
+        out["notes"] = n
+    """)
+    if r["deferral"]:
+        assert "in-tree FlyDSL backend serves topk" in r["deferral"]
+        assert not any(op in ("topk", "topk.values") for op, _ in r["registered"])
+        assert r["notes"] == []
+    else:
+        assert ["topk", "CPU"] in r["registered"] and ["topk.values", "CPU"] in r["registered"]
+        assert r["notes"] == ["aten.topk: FlyDSL topk_t256_kp4"]
