@@ -66,7 +66,7 @@ def run(env, swizzle="NO_SWIZZLE", disabled=False, compiled=False):
 @pytest.mark.emulator
 def test_mx_grouped_gemm_runs_the_emulated_kernel_through_the_eager_op():
     r = run({"TORCH_FLYDSL_EXECUTOR": "emulator"})
-    assert r["registered"] == [["_scaled_grouped_mm_v2", "CPU"]]
+    assert ["_scaled_grouped_mm_v2", "CPU"] in r["registered"]  # beside the other families' overrides
     assert r["err"] < 1e-2
     assert "aten._scaled_grouped_mm_v2: FlyDSL mxgrp_m32n64k256_w1x2_s3_g0" in r["notes"]
 
