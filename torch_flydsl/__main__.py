@@ -24,6 +24,13 @@ def _explanation(args):
         ex = explain_mm(args.m, args.n, args.k, dtype=args.dtype, layout=args.layout, bias=args.bias,
                         breadth=args.breadth)
         what = f"dtype={args.dtype} layout={args.layout}"
+    elif args.op == "topk":
+        from .explain import explain_topk
+
+        ex = explain_topk(args.m, args.n, args.k, dtype=args.dtype, largest=not args.smallest,
+                          sorted=not args.unsorted, breadth=args.breadth)
+        what = (f"dtype={args.dtype} {'smallest' if args.smallest else 'largest'} "
+                f"{'unsorted' if args.unsorted else 'sorted'} (last dim of a contiguous [ROWS, N] tensor)")
     elif args.op == "grouped_mm":
         ex = explain_grouped_mm(args.m, args.n, args.k, args.groups, dtype=args.dtype, b_major=args.b_major,
                                 breadth=args.breadth)
@@ -47,7 +54,8 @@ def _cmd_explain(args) -> int:
     if args.json:
         print(json.dumps(ex.to_json(), indent=2))
         return 0
-    print(f"{ex.op} M={args.m} N={args.n} K={args.k} {what}, as if on gfx950 (search space: {ex.breadth})")
+    sizes = f"ROWS={args.m} N={args.n} K={args.k}" if args.op == "topk" else f"M={args.m} N={args.n} K={args.k}"
+    print(f"{ex.op} {sizes} {what}, as if on gfx950 (search space: {ex.breadth})")
     print(f"served by: {ex.serving.served_by} ({ex.serving.reason})")
     whole = [d for c, d in ex.declined if c is None]
     for d in whole:
@@ -90,7 +98,7 @@ def _add_explain(sub) -> None:
     from .templates.scaled_gemm.family import DTYPES as MX_DTYPES
 
     e = sub.add_parser("explain", help="which FlyDSL configs a GEMM would get on gfx950, and why not others")
-    ops = e.add_subparsers(dest="op", required=True, metavar="{mm,scaled_mm,grouped_mm}")
+    ops = e.add_subparsers(dest="op", required=True, metavar="{mm,scaled_mm,grouped_mm,topk}")
     mm = ops.add_parser("mm", help="torch.mm / addmm (--bias): bf16/fp16 GEMM")
     _problem_args(mm)
     mm.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
@@ -117,6 +125,14 @@ def _add_explain(sub) -> None:
                    help="each expert's [K,N] matrix: col = stored [G,N,K] (K contiguous, the usual weight layout), "
                         "row = N contiguous")
     _common_explain_args(g)
+    t = ops.add_parser("topk", help="eager torch.topk along the last dim of a contiguous [ROWS, N] tensor, k values")
+    t.add_argument("m", type=int, metavar="ROWS")
+    t.add_argument("n", type=int, metavar="N")
+    t.add_argument("k", type=int, metavar="K")
+    t.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    t.add_argument("--smallest", action="store_true", help="largest=False")
+    t.add_argument("--unsorted", action="store_true", help="sorted=False")
+    _common_explain_args(t)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -133,3 +133,13 @@ def explain_grouped_mm(m, n, k, groups: int, dtype="bf16", b_major: str = "col",
     impl = family_for("grouped_mm").impl()
     problem = impl.explain_problem("grouped_mm", m, n, k, dtype, groups=groups, b_major=b_major.lower())
     return _explain("grouped_mm", impl, problem, breadth)
+
+
+def explain_topk(rows: int, n: int, k: int, dtype="fp32", largest: bool = True, sorted: bool = True,
+                 breadth: Optional[str] = None) -> Explanation:
+    """The same answer for an eager ``torch.topk`` along the last dim of a contiguous
+    ``[rows, n]`` tensor (the TopK family's eager override)."""
+    if isinstance(dtype, str):
+        dtype = DTYPES[dtype.lower()]
+    impl = family_for("topk").impl()
+    return _explain("topk", impl, impl.explain_problem(rows, n, k, dtype, largest, sorted), breadth)

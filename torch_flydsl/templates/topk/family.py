@@ -124,6 +124,22 @@ def explain_problem(rows: int, n: int, k: int, dtype="float32", largest: bool = 
     return check_problem(TensorMeta.contiguous((rows, n), dt), k, -1, largest, sorted)
 
 
+def lds_bytes(cfg, problem) -> int:
+    return cfg.lds_bytes()
+
+
+def workgroups(cfg, problem) -> int:
+    from .launcher import grid_for
+
+    return grid_for(problem)
+
+
+def configs_for(problem, breadth: str):
+    from .config import configs_for
+
+    return configs_for(problem, breadth)
+
+
 def curated() -> tuple:
     from .config import CURATED
 
