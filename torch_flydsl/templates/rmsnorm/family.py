@@ -89,18 +89,31 @@ def _decide(x, normalized_shape, weight, eps, executor: str):
     return fitting[0], problem
 
 
+_lazy = None  # (config.executor, Decline), bound on the first call (not at ``import torch``)
+
+
+def _bind() -> None:
+    global _lazy, _outputs_for
+    from ... import config
+    from ..base import Decline
+    from .launcher import outputs_for
+
+    _outputs_for = outputs_for
+    _lazy = (config.executor, Decline)
+
+
 def eager_call(target: str, args: tuple, kwargs: dict):
     """``(call, config, problem)`` for an eligible ``_fused_rms_norm`` call (outputs allocated),
     or a Decline with the reason."""
-    from ... import config as knobs
-    from ..base import Decline
-
+    if _lazy is None:
+        _bind()
+    executor_of, Decline = _lazy
     if kwargs:
         v = dict(zip(_ARGS, args), **kwargs)
         x, shape, weight, eps = v["input"], v["normalized_shape"], v.get("weight"), v.get("eps")
     else:
         x, shape, weight, eps = (tuple(args) + (None, None))[:4]
-    executor = knobs.executor()
+    executor = executor_of()
     w_key = None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.device,
                                          weight.storage_offset())
     key = (x.shape, x.stride(), x.dtype, x.device, x.storage_offset() % 16, tuple(shape), w_key, eps, executor)
@@ -113,9 +126,7 @@ def eager_call(target: str, args: tuple, kwargs: dict):
     if isinstance(decided, Decline):
         return decided
     cfg, problem = decided
-    from .launcher import outputs_for
-
-    y, rstd = outputs_for(x)
+    y, rstd = _outputs_for(x)
     return RmsNormCall(x, weight, eps, (y, rstd), rstd), cfg, problem
 
 
