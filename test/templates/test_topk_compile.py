@@ -1,0 +1,24 @@
+"""Every curated TopK variant compiles for gfx950 on the CPU: no spills, no scratch, static LDS
+as the config computes it (within 160 KiB), the workgroup size of the config."""
+
+import pytest
+import torch
+
+from torch_flydsl.templates.topk.config import CURATED, LDS_LIMIT
+from torch_flydsl.templates.topk.launcher import allocate, checked_problem, compile_args
+
+pytestmark = pytest.mark.compile
+
+
+@pytest.mark.parametrize("cfg", CURATED, ids=lambda c: c.key())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_curated_config_compiles_clean(cfg, dtype):
+    from torch_flydsl.runtime.compile import compile_gfx950
+
+    x = torch.empty(100, 32768, dtype=dtype)  # lazy CPU stand-in, never launched
+    problem = checked_problem(x, cfg.k_pad, -1, cfg.k_pad > 8, True)
+    jit_fn, args = compile_args(cfg, problem, x, *allocate(x, problem))
+    (k,) = compile_gfx950(jit_fn, *args).kernels
+    assert k.vgpr_spill == 0 and k.sgpr_spill == 0 and k.scratch_bytes == 0, k
+    assert k.lds_bytes == cfg.lds_bytes() <= LDS_LIMIT, k
+    assert k.max_workgroup_size == cfg.threads, k
