@@ -31,6 +31,11 @@ def _explanation(args):
                           sorted=not args.unsorted, breadth=args.breadth)
         what = (f"dtype={args.dtype} {'smallest' if args.smallest else 'largest'} "
                 f"{'unsorted' if args.unsorted else 'sorted'} (last dim of a contiguous [ROWS, N] tensor)")
+    elif args.op == "rms_norm":
+        from .explain import explain_rms_norm
+
+        ex = explain_rms_norm(args.m, args.n, dtype=args.dtype, weight=not args.no_weight, breadth=args.breadth)
+        what = f"dtype={args.dtype}{'' if args.no_weight else ' with weight'} (last dim of a contiguous [ROWS, N] tensor)"
     elif args.op == "grouped_mm":
         ex = explain_grouped_mm(args.m, args.n, args.k, args.groups, dtype=args.dtype, b_major=args.b_major,
                                 breadth=args.breadth)
@@ -54,7 +59,10 @@ def _cmd_explain(args) -> int:
     if args.json:
         print(json.dumps(ex.to_json(), indent=2))
         return 0
-    sizes = f"ROWS={args.m} N={args.n} K={args.k}" if args.op == "topk" else f"M={args.m} N={args.n} K={args.k}"
+    if args.op == "rms_norm":
+        sizes = f"ROWS={args.m} N={args.n}"
+    else:
+        sizes = f"ROWS={args.m} N={args.n} K={args.k}" if args.op == "topk" else f"M={args.m} N={args.n} K={args.k}"
     print(f"{ex.op} {sizes} {what}, as if on gfx950 (search space: {ex.breadth})")
     print(f"served by: {ex.serving.served_by} ({ex.serving.reason})")
     whole = [d for c, d in ex.declined if c is None]
@@ -98,7 +106,7 @@ def _add_explain(sub) -> None:
     from .templates.scaled_gemm.family import DTYPES as MX_DTYPES
 
     e = sub.add_parser("explain", help="which FlyDSL configs a GEMM would get on gfx950, and why not others")
-    ops = e.add_subparsers(dest="op", required=True, metavar="{mm,scaled_mm,grouped_mm,topk}")
+    ops = e.add_subparsers(dest="op", required=True, metavar="{mm,scaled_mm,grouped_mm,topk,rms_norm}")
     mm = ops.add_parser("mm", help="torch.mm / addmm (--bias): bf16/fp16 GEMM")
     _problem_args(mm)
     mm.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
@@ -133,6 +141,12 @@ def _add_explain(sub) -> None:
     t.add_argument("--smallest", action="store_true", help="largest=False")
     t.add_argument("--unsorted", action="store_true", help="sorted=False")
     _common_explain_args(t)
+    r = ops.add_parser("rms_norm", help="eager F.rms_norm over the last dim of a contiguous [ROWS, N] tensor")
+    r.add_argument("m", type=int, metavar="ROWS")
+    r.add_argument("n", type=int, metavar="N")
+    r.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    r.add_argument("--no-weight", action="store_true", help="weight=None")
+    _common_explain_args(r)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -143,3 +143,12 @@ def explain_topk(rows: int, n: int, k: int, dtype="fp32", largest: bool = True, 
         dtype = DTYPES[dtype.lower()]
     impl = family_for("topk").impl()
     return _explain("topk", impl, impl.explain_problem(rows, n, k, dtype, largest, sorted), breadth)
+
+
+def explain_rms_norm(rows: int, n: int, dtype="bf16", weight: bool = True, breadth: Optional[str] = None) -> Explanation:
+    """The same answer for an eager ``F.rms_norm`` over the last dim of a contiguous ``[rows, n]``
+    tensor (the RMSNorm family's ``_fused_rms_norm`` override; eps=None)."""
+    if isinstance(dtype, str):
+        dtype = DTYPES[dtype.lower()]
+    impl = family_for("rms_norm").impl()
+    return _explain("rms_norm", impl, impl.explain_problem(rows, n, dtype, weight), breadth)

@@ -51,6 +51,12 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
+def configs_for(problem, breadth: str = "baseline"):
+    from .config import configs_for as _configs_for
+
+    return _configs_for(problem, breadth)
+
+
 def curated() -> tuple:
     from .config import CURATED
 
@@ -169,6 +175,11 @@ def explain_problem(rows: int, n: int, dtype="bf16", weight: bool = True):
     x = TensorMeta.contiguous((rows, n), dt)
     w = TensorMeta.contiguous((n,), dt) if weight else None
     return check_problem(x, (n,), w, None)
+
+
+def lds_bytes(cfg, problem) -> int:
+    """Static LDS: two buffers of one fp32 partial per wave when a row has several waves."""
+    return 2 * cfg.waves * 4 if cfg.waves > 1 else 0
 
 
 def workgroups(cfg, problem) -> int:
