@@ -2,7 +2,15 @@
 
 import json
 
+import pytest
+
 from torch_flydsl.__main__ import main
+
+
+@pytest.fixture(autouse=True)
+def plugin_policy(monkeypatch):
+    # The plugin's answer even where torch 2.15's in-tree TopK would serve (flydsl 0.3.x).
+    monkeypatch.setenv("TORCH_FLYDSL_INTREE_POLICY", "plugin")
 
 
 def test_explain_topk_offers_the_config_the_eager_path_uses(capsys):
