@@ -49,9 +49,11 @@ def test_a_k_the_kernel_cannot_take_is_declined_at_info(tmp_path):
                in ln for ln in lines), lines
 
 
-def test_a_k_tail_is_served(tmp_path):
-    used, _ = compile_mm(tmp_path, k=96)
-    assert used
+def test_a_k_tail_is_offered(tmp_path):
+    # Offered, not necessarily the winner: the reference stand-in may lose the benchmark to ATen.
+    _, lines = compile_mm(tmp_path, k=96)
+    assert any(re.fullmatch(r"\[torch_flydsl\] INFO mm node \S+: offering 1 FlyDSL config\(s\): m128n128k32_w2x2_s4_g0", ln)
+               for ln in lines), lines
 
 
 def test_symbolic_n_and_k_are_declined_with_a_reason(tmp_path):
