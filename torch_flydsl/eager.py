@@ -31,9 +31,9 @@ import warnings
 from typing import Any, Optional
 
 from ._log import log
-from .templates.base import Decline
 
 DEBUG = logging.DEBUG
+Decline = None  # templates.base.Decline, bound on the first call (_take)
 
 _local = threading.local()
 _libs: list = []  # keep the torch.library.Library objects alive
@@ -172,6 +172,9 @@ def _say(level, key, msg, *args) -> None:
 
 def _take(family, override, args: tuple, kwargs: dict) -> Optional[Any]:
     """Our kernel's output for this call, or None for PyTorch's kernel."""
+    global Decline
+    if Decline is None:  # bound on the first call: this module loads inside ``import torch``
+        from .templates.base import Decline
     impl = family.impl()
     try:
         taken = impl.eager_call(override.target, args, kwargs)
