@@ -54,7 +54,9 @@ def test_doctor_lists_each_kernel_family_with_its_ops_version_and_curated_config
     from torch_flydsl.templates.dense_gemm.config import CURATED as DENSE, KERNEL_VERSION as DENSE_V
     from torch_flydsl.templates.grouped_gemm.config import CURATED as GROUPED, KERNEL_VERSION as GROUPED_V
     from torch_flydsl.templates.scaled_gemm.config import CURATED as SCALED, KERNEL_VERSION as SCALED_V
+    from torch_flydsl.templates.rmsnorm.config import CURATED as RMS, KERNEL_VERSION as RMS_V
     from torch_flydsl.templates.scaled_grouped_gemm.config import CURATED as MXGRP, KERNEL_VERSION as MXGRP_V
+    from torch_flydsl.templates.topk.config import CURATED as TOPK, KERNEL_VERSION as TOPK_V
 
     table = doctor.split("Kernel families:")[1].split("Who serves each op")[0]
     rows = [line.split() for line in table.strip().splitlines()[2:]]
@@ -63,6 +65,8 @@ def test_doctor_lists_each_kernel_family_with_its_ops_version_and_curated_config
         ["scaled_gemm", "scaled_mm,", "scaled_mm_v2", SCALED_V, str(len(SCALED))],
         ["grouped_gemm", "grouped_mm", GROUPED_V, str(len(GROUPED))],
         ["scaled_grouped_gemm", "scaled_grouped_mm", MXGRP_V, str(len(MXGRP))],
+        ["rmsnorm", "rms_norm", RMS_V, str(len(RMS))],
+        ["topk", "topk", TOPK_V, str(len(TOPK))],
     ]
 
 

@@ -130,7 +130,8 @@ def family_rows() -> list[tuple[str, str, str, int]]:
     out = []
     for f in families():
         ops = f.aten_ops + tuple(o.serving for o in f.lowering_overrides + f.eager_overrides)
-        out.append((f.name, ", ".join(ops), f.impl().KERNEL_VERSION, len(f.impl().curated())))
+        # dict.fromkeys: once per op (topk and topk.values both serve "topk").
+        out.append((f.name, ", ".join(dict.fromkeys(ops)), f.impl().KERNEL_VERSION, len(f.impl().curated())))
     return out
 
 
