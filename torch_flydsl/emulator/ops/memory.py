@@ -420,26 +420,14 @@ def _rmw_lanes(W, addr, val, t, fn, loc, space, active=None):
     old = np.zeros((lanes,) + v.shape[1:], v.dtype)
     if space == 3:
         return _rmw_lds(W, a, v, t, fn, rnd, nbytes, loc, active, old)
-    for i in np.flatnonzero(active):
+    for i in np.flatnonzero(active):  # global memory: lane by lane
         one = np.zeros(lanes, np.bool_)
         one[i] = True
-        if space == 3:
-            saved = W.mask
-            W.mask = one
-            try:
-                cur = from_bytes(lds_read(W, a, nbytes, loc), t)
-                new = fn(cur, v)
-                if rnd is not None:
-                    new = rnd(new)
-                lds_write(W, a, to_bytes(new, t, lanes), loc)
-            finally:
-                W.mask = saved
-        else:
-            cur = from_bytes(global_read(W, a, nbytes, loc, active=one), t)
-            new = fn(cur, v)
-            if rnd is not None:
-                new = rnd(new)
-            global_write(W, a, to_bytes(new, t, lanes), loc, active=one)
+        cur = from_bytes(global_read(W, a, nbytes, loc, active=one), t)
+        new = fn(cur, v)
+        if rnd is not None:
+            new = rnd(new)
+        global_write(W, a, to_bytes(new, t, lanes), loc, active=one)
         old[i] = cur[i]
     return old
 
