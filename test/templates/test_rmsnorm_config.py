@@ -2,6 +2,7 @@
 baseline pick by row length, and a readable reason for every decline."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -58,8 +59,10 @@ def test_size_one_dims_with_any_stride_are_contiguous():
 
 
 def test_explain_cli_names_the_config_and_the_decline():
+    # policy=plugin: on torch 2.15 + flydsl 0.3.x the in-tree override would otherwise serve it.
+    env = {**os.environ, "TORCH_FLYDSL_INTREE_POLICY": "plugin"}
     run = lambda *a: subprocess.run([sys.executable, "-m", "torch_flydsl", "explain", "rms_norm", *a],  # noqa: E731
-                                    capture_output=True, text=True, timeout=300)
+                                    capture_output=True, text=True, timeout=300, env=env)
     r = run("8", "4097")
     assert r.returncode == 0, r.stderr
     assert "rms_norm ROWS=8 N=4097 dtype=bf16 with weight" in r.stdout and "rms_w4_r1_s4" in r.stdout
