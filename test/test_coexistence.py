@@ -29,9 +29,9 @@ def intree_is(monkeypatch):
     "status, policy, expected",
     [
         (ON, "defer", {"mm": "in-tree", "addmm": "plugin", "grouped_mm": "in-tree", "topk": "in-tree"}),
-        (ON, "plugin", {"mm": "plugin", "addmm": "plugin", "grouped_mm": "plugin", "topk": "in-tree"}),
-        (OFF, "defer", {"mm": "plugin", "addmm": "plugin", "grouped_mm": "plugin", "topk": "pytorch"}),
-        (ABSENT, "defer", {"mm": "plugin", "addmm": "plugin", "grouped_mm": "plugin", "topk": "pytorch"}),
+        (ON, "plugin", {"mm": "plugin", "addmm": "plugin", "grouped_mm": "plugin", "topk": "plugin"}),
+        (OFF, "defer", {"mm": "plugin", "addmm": "plugin", "grouped_mm": "plugin", "topk": "plugin"}),
+        (ABSENT, "defer", {"mm": "plugin", "addmm": "plugin", "grouped_mm": "plugin", "topk": "plugin"}),
     ],
     ids=["in-tree on, defer", "in-tree on, plugin policy", "in-tree off (flydsl 0.5)", "no in-tree backend"],
 )
