@@ -1,6 +1,7 @@
 """`python -m torch_flydsl doctor | explain | demo` work on a CPU-only machine."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -253,6 +254,10 @@ def test_demo_compiles_for_gfx950_and_checks_results_in_the_emulator():
     assert "No gfx950 GPU here" in out
     assert "Compiled for gfx950" in out
     assert out.count("torch.ops.torch_flydsl.") == 2
+    # The eager path: served by FlyDSL, then by PyTorch inside disabled().
+    assert re.search(r"F\.rms_norm bf16 \(8, 4097\)\s+plugin\s+FlyDSL rms_", out), out
+    assert re.search(r"torch\.topk fp32 \(16, 4096\), k=8\s+plugin\s+FlyDSL topk_", out), out
+    assert out.count("torch_flydsl.disabled()  PyTorch's kernel") == 2, out
     assert out.strip().endswith("demo: OK")
 
 
