@@ -119,7 +119,7 @@ def build(spec: KernelSpec):
             base = base + (wave > w).select(lds.wsum[w], fx.Int32(0))
         return v + base
 
-    @flyc.kernel
+    @flyc.kernel(name=spec.name, known_block_size=[T, 1, 1])
     def topk_kernel(X: fx.Tensor, V: fx.Tensor, I: fx.Tensor, rows: fx.Int32, n: fx.Int32, k: fx.Int32,
                     ldx: fx.Int32, ldv: fx.Int32, ldi: fx.Int32, grid: fx.Int32):
         tid = fx.thread_idx.x
