@@ -37,19 +37,27 @@ def __getattr__(name):
 # -- Inductor and CLI side: TensorMeta in, problem or Decline out ---------------------------
 
 
+def _operands(aten_op: str, inputs: list, scalars: dict):
+    """``(a, b, bias)`` of a node, or a Decline for symbolic alpha/beta."""
+    from ..base import Decline
+
+    if aten_op != "addmm":
+        (a, b), bias = inputs, None
+        return a, b, bias
+    alpha, beta = scalars.get("alpha", 1), scalars.get("beta", 1)
+    if not all(isinstance(s, (int, float)) for s in (alpha, beta)):
+        return Decline("shape", "symbolic alpha/beta")
+    bias, a, b = inputs
+    return a, b, bias
+
+
 def problem_from_metas(aten_op: str, inputs: list, out, scalars: dict):
     """``inputs`` are the node's operands as TensorMeta: (a, b) for mm, (bias, a, b) for addmm."""
     from ..base import Decline
     from .eligibility import check_problem
 
-    if aten_op == "addmm":
-        alpha, beta = scalars.get("alpha", 1), scalars.get("beta", 1)
-        if not all(isinstance(s, (int, float)) for s in (alpha, beta)):
-            return Decline("shape", "symbolic alpha/beta")
-        bias, a, b = inputs
-    else:
-        (a, b), bias = inputs, None
-    return check_problem(a, b, out, bias)
+    ops = _operands(aten_op, inputs, scalars)
+    return ops if isinstance(ops, Decline) else check_problem(*ops[:2], out, ops[2])
 
 
 def problem_from_symbolic_metas(aten_op: str, inputs: list, out, scalars: dict, facts):
@@ -59,14 +67,8 @@ def problem_from_symbolic_metas(aten_op: str, inputs: list, out, scalars: dict, 
     from ..base import Decline
     from .eligibility import check_problem_for_every_m
 
-    if aten_op == "addmm":
-        alpha, beta = scalars.get("alpha", 1), scalars.get("beta", 1)
-        if not all(isinstance(s, (int, float)) for s in (alpha, beta)):
-            return Decline("shape", "symbolic alpha/beta")
-        bias, a, b = inputs
-    else:
-        (a, b), bias = inputs, None
-    return check_problem_for_every_m(a, b, out, bias, facts=facts)
+    ops = _operands(aten_op, inputs, scalars)
+    return ops if isinstance(ops, Decline) else check_problem_for_every_m(*ops[:2], out, ops[2], facts=facts)
 
 
 def configs_for(problem, breadth: str):
