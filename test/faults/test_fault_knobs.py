@@ -25,6 +25,7 @@ BAD = {
     "TORCH_FLYDSL_INTREE_POLICY": ("sometimes", "'defer'"),
     "TORCH_FLYDSL_EXECUTOR": ("gpu", "'device'"),
     "TORCH_FLYDSL_LOG": ("verbose", "'(unset)'"),
+    "TORCH_FLYDSL_EAGER": ("perhaps", "1"),
 }
 ALONE = "TORCH_FLYDSL_EXECUTOR"
 
