@@ -37,5 +37,11 @@ def reference(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sort
     # One int64 sort key: key descending, index ascending (key < 2**32, index < 2**31).
     composite = keys * (1 << 31) + (n - 1 - torch.arange(n, dtype=torch.int64))
     idx = torch.sort(composite, dim=-1, descending=True, stable=True).indices[..., :k]
-    values = torch.gather(xt, -1, idx)
+    # Gathered as bit patterns: torch.gather on bf16 CPU tensors rewrites NaN bits (0x7FC0 comes
+    # back as 0xFFFF), and the values must be the input's exact elements.
+    as_int = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}.get(xt.dtype)
+    if as_int is None:
+        values = torch.gather(xt, -1, idx)
+    else:
+        values = torch.gather(xt.contiguous().view(as_int), -1, idx).view(xt.dtype)
     return values.movedim(-1, dim), idx.movedim(-1, dim)
