@@ -1,7 +1,9 @@
 """The dense GEMM kernel for gfx950: ``out = alpha * (A @ B) + beta * bias[n]``.
 
-One kernel is built per ``KernelSpec`` (tile config, dtype, operand majors, bias on/off); it
-serves every M, N, K (K a multiple of block_k), leading stride and storage offset.
+One kernel is built per ``KernelSpec`` (tile config, dtype, operand majors, bias on/off, K tail
+on/off); it serves every M, N, K, leading stride and storage offset. With ``split_k > 1`` the
+K tiles of each output tile are shared out over that many workgroups, which write fp32 partial
+tiles to a workspace; a second kernel sums them in split order (``reduce_partials``).
 
 Structure of one workgroup (``m_waves x n_waves`` wave64 waves, one ``block_m x block_n``
 output tile):
@@ -17,8 +19,9 @@ output tile):
   this is the same swizzle function). ``stages`` LDS buffers per operand; ``stages - 1`` K
   tiles are in flight ahead of compute, tracked with ``s_waitcnt vmcnt`` (every thread issues
   the same number of DMAs per tile, so "at most (stages-2) tiles outstanding" means "this tile
-  landed"; in the last iterations, where nothing more is fetched, the wait drains everything).
-  One barrier per K tile.
+  landed"). The loop is peeled (prologue, a branch-free steady loop that never waits for
+  vmcnt(0) when stages >= 3, drain) and the dense MMA issues the next tile's DMAs between its
+  MFMAs (``interleave_dmas``). One barrier per K tile.
 * LDS -> registers (``Mma``): FlyDSL tiled copies matched to the MFMA operand layouts. An
   operand whose K dimension is contiguous in memory (row-major A, column-major B) sits in LDS
   K-contiguous and is read with 16-byte ``ds_read_b128``; an operand contiguous along M/N sits
@@ -39,8 +42,10 @@ operand's last column (row), runs past its last element: each buffer descriptor'
 num_records is the operand's exact byte span, and the buffer unit range-checks a 16-byte
 access per dword, returning zeros for the dwords past num_records without fetching them.
 That is exact only when the span is a whole number of dwords; the eligibility gate declines
-an M/N-contiguous operand whose span is not (odd M or N in 2-byte elements). K tails are
-not supported.
+an M/N-contiguous operand whose span is not (odd M or N in 2-byte elements). K tails (the
+``k_tail`` variant): each DMA whose K index is at or past K points past the operand's span
+instead (``Operand.k_bound``), so it reads zeros; a K-contiguous operand needs K % 8 == 0 so
+that its 16-byte vectors never straddle K (the gate).
 """
 
 # No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
