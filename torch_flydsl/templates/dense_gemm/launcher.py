@@ -52,16 +52,23 @@ def _kernel(cfg: DenseGemmConfig, dtype, a_major: str, b_major: str, has_bias: b
     return build(KernelSpec(cfg, dtype, a_major, b_major, has_bias, k_tail=k_tail))
 
 
-_UNREAD_WS: dict = {}  # device -> the one-element fp32 stand-in for the workspace (never read)
+_UNREAD: dict = {}  # (device, dtype) -> a one-element tensor for a parameter a kernel never reads
+
+
+def unread_tensor(device, dtype: torch.dtype) -> torch.Tensor:
+    """A one-element ``dtype`` tensor on ``device`` for a kernel parameter that this variant
+    never reads (keeps the signature fixed); made once per device and dtype."""
+    key = (device, dtype)
+    t = _UNREAD.get(key)
+    if t is None:
+        t = _UNREAD.setdefault(key, torch.zeros(1, dtype=dtype, device=device))
+    return t
 
 
 def _workspace(cfg: DenseGemmConfig, m: int, n: int, device) -> torch.Tensor:
     if cfg.split_k > 1:
         return torch.empty(cfg.split_k * m * n, dtype=torch.float32, device=device)
-    ws = _UNREAD_WS.get(device)
-    if ws is None:
-        ws = _UNREAD_WS.setdefault(device, torch.empty(1, dtype=torch.float32, device=device))
-    return ws
+    return unread_tensor(device, torch.float32)
 
 
 def checked_problem(a, b, out, bias=None) -> GemmProblem:

@@ -16,7 +16,7 @@ import torch
 from ...runtime import kernel_cache
 from ..base import Decline
 from ..dense_gemm.config import LDS_LIMIT_BYTES
-from ..dense_gemm.launcher import flat_operand
+from ..dense_gemm.launcher import flat_operand, unread_tensor
 from .config import GroupedGemmConfig
 from .eligibility import check_tensors
 from .kernel import KernelSpec, build, tile_upper_bound
@@ -65,18 +65,6 @@ def grid_block(cfg: GroupedGemmConfig, tokens: int, groups: int, n: int, workgro
     return (persistent_grid(bound, cfg.lds_bytes, workgroups), 1, 1), (cfg.threads, 1, 1)
 
 
-_UNREAD: dict = {}
-
-
-def _unread(like: torch.Tensor) -> torch.Tensor:
-    """A one-element int32 tensor on ``like``'s device for the batched kernel's ``offs``
-    parameter, which it never reads (one per device, made once)."""
-    key = str(like.device)
-    if key not in _UNREAD:
-        _UNREAD[key] = torch.zeros(1, dtype=torch.int32, device=like.device)
-    return _UNREAD[key]
-
-
 def compile_args(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
                  stream: Any = None, problem: Optional[GroupedGemmProblem] = None,
                  workgroups: Optional[int] = None) -> tuple[Any, tuple]:
@@ -94,7 +82,8 @@ def compile_args(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs:
         lda, ldc = a.stride(row), out.stride(row)
         ldb, ldbg = (b.stride(2) if problem.b_major == "col" else b.stride(1)), b.stride(0)
     args = (
-        flat_operand(out), flat_operand(a), flat_operand(b), flat_operand(offs if offs is not None else _unread(a)),
+        flat_operand(out), flat_operand(a), flat_operand(b),
+        flat_operand(offs if offs is not None else unread_tensor(a.device, torch.int32)),
         int(problem.tokens), int(problem.n), int(problem.k), int(problem.groups), int(problem.group_rows),
         int(lda), int(ldb), int(ldbg), int(ldc),
         grid_block(cfg, problem.tokens, problem.groups, problem.n, workgroups, problem.along_k)[0][0],
