@@ -1,4 +1,4 @@
-"""``python -m torch_flydsl {doctor,explain,demo}``."""
+"""``python -m torch_flydsl {doctor,explain,demo,precompile,bench}``."""
 
 from __future__ import annotations
 
@@ -157,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="compile a small model with FLYDSL candidates; on a CPU: compile-only + emulator")
     d.add_argument("--quick", action="store_true", help="smaller model (CI smoke test)")
     d.set_defaults(fn=_cmd_demo)
+    from .deploy.precompile import add_parser as add_precompile
+
+    add_precompile(sub)
     return p
 
 

@@ -66,6 +66,10 @@ KNOBS = (
     ),
     Knob("TORCH_FLYDSL_LOG", "", "debug|info|warning|error: print the torch_flydsl logger (offers and declines per GEMM node; at debug one line per eager call: FlyDSL <config> or the decline reason) to stderr at that level."),
     Knob("TORCH_FLYDSL_EAGER", "1", "0 (or false/no/off) leaves the eager overrides (rms_norm, MXFP8 grouped GEMM, ...) unregistered: read at start-up; torch_flydsl.eager_enabled() reports it, torch_flydsl.disabled() switches them off per thread at run time."),
+    Knob("TORCH_FLYDSL_CACHE_DIR", "", "Directory of the plugin's deployment cache: `precompile` writes gfx950 binaries (flydsl/) and their manifest.json there, and a run reads them (and dispatch_table.json) from there. Unset: under Inductor's cache dir (TORCHINDUCTOR_CACHE_DIR)/torch_flydsl."),
+    Knob("TORCH_FLYDSL_RUN_ONLY", "0", "1 (or true/yes/on): never compile a FlyDSL kernel at run time. Inductor offers only configs the cache's manifest.json lists; an eager or vLLM call whose kernel is missing keeps PyTorch's (vLLM's) path, with the reason at debug level."),
+    Knob("TORCH_FLYDSL_RECORD_SHAPES", "", "FILE: record every GEMM shape that reaches the plugin (Inductor nodes offered FlyDSL, vLLM re-route calls) and merge them into FILE, a `precompile` shapes spec, at process exit."),
+    Knob("TORCH_FLYDSL_DISPATCH_TABLE", "", "Path of a per-shape dispatch table (JSON; see README \"Precompile for deployment\") that picks the FlyDSL config for callers without Inductor (the vLLM re-route). Unset: $TORCH_FLYDSL_CACHE_DIR/dispatch_table.json when that file exists."),
 )
 
 
@@ -76,6 +80,11 @@ def disabled() -> bool:
 def eager_on() -> bool:
     """``TORCH_FLYDSL_EAGER``: register the eager overrides (default on)."""
     return env_flag("TORCH_FLYDSL_EAGER", True)
+
+
+def run_only() -> bool:
+    """``TORCH_FLYDSL_RUN_ONLY``: never compile at run time (default off)."""
+    return env_flag("TORCH_FLYDSL_RUN_ONLY", False)
 
 
 def executor() -> str:
@@ -123,4 +132,5 @@ def cache_key_knobs() -> tuple[tuple[str, str], ...]:
         ("TORCH_FLYDSL_AUTOTUNE", _autotune_setting()),
         ("TORCH_FLYDSL_EXECUTOR", executor()),
         ("TORCH_FLYDSL_INTREE_POLICY", intree_policy()),
+        ("TORCH_FLYDSL_RUN_ONLY", str(int(run_only()))),
     )

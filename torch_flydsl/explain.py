@@ -91,7 +91,9 @@ def _explain(op: str, impl, problem, breadth: Optional[str]) -> Explanation:
         ex.declined.append((None, problem))
         ex.serving = Serving(op, PYTORCH, str(problem))
         return ex
-    ex.offered, ex.declined = impl.configs_for(problem, breadth)
+    from .deploy.run_only import gate
+
+    ex.offered, ex.declined = gate(impl, problem, *impl.configs_for(problem, breadth))
     if not ex.offered:
         ex.serving = Serving(op, PYTORCH, "no FlyDSL config fits this problem")
     return ex

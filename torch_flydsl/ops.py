@@ -65,27 +65,40 @@ def _run_deps():
 def run(family, custom_op: str, args: tuple, kwargs: dict) -> None:
     """The body of every custom op: check the operands it got, run the family's kernel on the
     executor this process allows, or compute PyTorch's result and say why."""
-    EmulatorError, CompileError, launch_guard, Decline = _run_deps()
-    LaunchRefused = launch_guard.LaunchRefused
-
     impl = family.impl()
     call = impl.parse_call(custom_op, args, kwargs)
+    why = try_call(impl, call)
+    if why is not None:
+        _fall_back(impl, call, why)
+
+
+def try_run(family, custom_op: str, args: tuple, kwargs: dict):
+    """Run the family's kernel for this custom-op call if it can run here: None when it ran,
+    else why not (then nothing was computed, and the caller picks its own path: vLLM's
+    re-route keeps vLLM's kernel choice)."""
+    impl = family.impl()
+    return try_call(impl, impl.parse_call(custom_op, args, kwargs))
+
+
+def try_call(impl, call):
+    EmulatorError, CompileError, launch_guard, Decline = _run_deps()
     try:
         executor = launch_guard.executor_for(call.out.device)
         checked = impl.check_call(call)
-    except (LaunchRefused, ValueError) as e:  # no usable FlyDSL/device here, or a key from elsewhere
-        return _fall_back(impl, call, str(e))
+    except (launch_guard.LaunchRefused, ValueError) as e:  # no usable FlyDSL/device here, or a key from elsewhere
+        return str(e)
     if isinstance(checked, Decline):
-        return _fall_back(impl, call, str(checked))
+        return str(checked)
     cfg, problem = checked
     try:
         impl.execute(executor, cfg, problem, call)
     except EmulatorError as e:
         if not isinstance(e.__cause__, CompileError):
             raise  # the emulator found the kernel wrong (race, out of bounds): never hide that
-        _fall_back(impl, call, f"compile failed: {e.__cause__}")
+        return f"compile failed: {e.__cause__}"
     except Exception as e:  # compile failed (toolchain gone, cache dir broken, ...), or the launch raised
-        _fall_back(impl, call, f"{type(e).__name__}: {e}")
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 def _impl_for(family, custom_op: str, baseline: bool = False):

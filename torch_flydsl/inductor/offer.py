@@ -5,6 +5,8 @@ Inputs come from Inductor IR; everything after ``TensorMeta`` is the template fa
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -135,13 +137,20 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict, serving: Optiona
         problem = _symbolic_problem(impl, family, op_name, nodes, layout, scalars)
     else:
         problem = impl.problem_from_metas(op_name, metas, out_meta, scalars)
+        if op_name in ("mm", "addmm") and os.environ.get("TORCH_FLYDSL_RECORD_SHAPES"):
+            from ..deploy.record import note_from_env
+
+            note_from_env(metas[-2], metas[-1], metas[0] if op_name == "addmm" else None)
     if isinstance(problem, Decline):
         offer.declined.append((None, problem))
         return offer
     from torch._inductor import config as ic
 
+    from ..deploy.run_only import gate as run_only_gate
+
     breadth = config.autotune_breadth(getattr(ic, "max_autotune_gemm_search_space", "DEFAULT"))
     fitting, declined = impl.configs_for(problem, breadth)
+    fitting, declined = run_only_gate(impl, problem, fitting, declined, False if scalars.get("beta", 1) == 0 else None)
     offer.varying = _varying_sizes(layout)
     offer.configs.extend(fitting)
     offer.declined.extend(declined)

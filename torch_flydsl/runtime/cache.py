@@ -1,7 +1,8 @@
 """Where FlyDSL's kernel cache and our own compile artifacts live.
 
-``FLYDSL_RUNTIME_CACHE_DIR`` wins when the user set it; otherwise the cache goes under
-Inductor's cache dir (so ``TORCHINDUCTOR_CACHE_DIR`` isolation, as vLLM does it, covers it).
+``TORCH_FLYDSL_CACHE_DIR`` (the deployment cache ``precompile`` fills) wins, then
+``FLYDSL_RUNTIME_CACHE_DIR`` when the user set it; otherwise the cache goes under Inductor's
+cache dir (so ``TORCHINDUCTOR_CACHE_DIR`` isolation, as vLLM does it, covers it).
 Directories we create are readable by the user alone: they hold compiled code that is loaded
 and executed.
 """
@@ -37,7 +38,17 @@ def plugin_cache_root() -> Path:
     return private_dir(_inductor_cache_dir() / "torch_flydsl")
 
 
+def deployment_dir() -> Path:
+    """Where ``precompile`` writes and run-only mode reads: ``TORCH_FLYDSL_CACHE_DIR`` or the
+    plugin's directory under Inductor's cache dir."""
+    user = os.environ.get("TORCH_FLYDSL_CACHE_DIR")
+    return Path(user).expanduser() if user else plugin_cache_root()
+
+
 def flydsl_cache_dir() -> Path:
+    deploy = os.environ.get("TORCH_FLYDSL_CACHE_DIR")
+    if deploy:
+        return Path(deploy).expanduser() / "flydsl"
     user = os.environ.get("FLYDSL_RUNTIME_CACHE_DIR")
     if user:
         return Path(user)

@@ -130,7 +130,9 @@ def _usable_cache_dir() -> Optional[str]:
             raise PermissionError(f"{path} is not writable")
         return str(path)
     except OSError as e:
-        where = os.environ.get("FLYDSL_RUNTIME_CACHE_DIR") or "<inductor cache>/torch_flydsl/flydsl_cache"
+        deploy = os.environ.get("TORCH_FLYDSL_CACHE_DIR")
+        where = (f"{deploy}/flydsl (TORCH_FLYDSL_CACHE_DIR)" if deploy else
+                 os.environ.get("FLYDSL_RUNTIME_CACHE_DIR") or "<inductor cache>/torch_flydsl/flydsl_cache")
         if where not in _cache_warned:
             _cache_warned.add(where)
             from .._log import log
@@ -149,14 +151,96 @@ def device_compile_env(arch: str) -> Iterator[None]:
     goes to the user's ``FLYDSL_RUNTIME_CACHE_DIR`` or under Inductor's cache dir, and is off
     (with a warning) when that directory cannot be used.
     """
+    from .. import config
+
     cache_dir = _usable_cache_dir()
     env = {"ARCH": arch, "FLYDSL_GPU_ARCH": arch, "COMPILE_ONLY": None}
     if cache_dir is None:
         env["FLYDSL_RUNTIME_ENABLE_CACHE"] = "0"
     else:
         env["FLYDSL_RUNTIME_CACHE_DIR"] = cache_dir
+    if config.run_only():
+        # TORCH_FLYDSL_RUN_ONLY: FlyDSL traces, looks the binary up in its disk cache and raises
+        # instead of lowering on a miss; the op then keeps PyTorch's path with that reason.
+        env["FLYDSL_RUNTIME_RUN_ONLY"] = "1"
     with _ENV_LOCK, patched_env(env):
         yield
+
+
+def rocm_root_for(bitcode_root: Optional[str]) -> Optional[str]:
+    """A ROCm root for compile-only builds whose device bitcode is ``bitcode_root``'s (a ROCm
+    install, or a copy of its ``amdgcn/bitcode``) and whose ``llvm/bin/ld.lld`` links.
+
+    FlyDSL keys its disk cache by the bitcode under the ROCm root (ROCDL links ocml/ockl from
+    it), so binaries built here load on a machine only when both roots hold the same bitcode.
+    None (no ``bitcode_root``): the plain compile-only root (no bitcode unless ROCM_PATH has it).
+    """
+    if bitcode_root is None:
+        return _rocm_path_with_lld()
+    root = Path(bitcode_root).expanduser().resolve()
+    if not (root / "amdgcn" / "bitcode").is_dir():
+        raise CompileError(f"{root} has no amdgcn/bitcode directory (point --rocm-path at the deployment's ROCm, "
+                           "e.g. /opt/rocm, or a copy of its amdgcn/ tree)")
+    if (root / "llvm" / "bin" / "ld.lld").exists():
+        return str(root)
+    lld_root = _rocm_path_with_lld()
+    if lld_root is None:
+        raise CompileError("no ld.lld found: install lld (e.g. apt-get install lld-19) or set ROCM_PATH")
+    import hashlib
+
+    from .cache import plugin_cache_root, private_dir
+
+    combo = private_dir(plugin_cache_root() / "rocm_roots" / hashlib.sha256(str(root).encode()).hexdigest()[:16])
+    for name, target in (("llvm", Path(lld_root) / "llvm"), ("amdgcn", root / "amdgcn")):
+        link = combo / name
+        if not link.exists() or link.resolve() != target.resolve():
+            tmp = combo / f"{name}.{os.getpid()}"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(target)
+            os.replace(tmp, link)
+    return str(combo)
+
+
+@contextlib.contextmanager
+def cache_filling_env(cache_dir: str, arch: str = "gfx950", rocm_root: Optional[str] = None) -> Iterator[None]:
+    """``compile_only_env`` with FlyDSL's disk cache on, at ``cache_dir``: what ``precompile``
+    builds under (``rocm_root`` from ``rocm_root_for``)."""
+    with compile_only_env(arch), patched_env({
+        "FLYDSL_RUNTIME_ENABLE_CACHE": "1",
+        "FLYDSL_RUNTIME_CACHE_DIR": cache_dir,
+        "FLYDSL_RUNTIME_RUN_ONLY": None,
+        **({"ROCM_PATH": rocm_root} if rocm_root else {}),
+    }):
+        yield
+
+
+def toolchain_key() -> Optional[str]:
+    """FlyDSL's toolchain fingerprint in the current environment (its sources, native
+    libraries and the ROCm root's device bitcode), hashed: part of every disk-cache key it
+    writes. None where this FlyDSL does not expose it (private API)."""
+    try:
+        from flydsl.compiler.jit_function import _flydsl_key
+    except Exception:
+        return None
+    try:
+        import hashlib
+
+        return hashlib.sha256(_flydsl_key().encode()).hexdigest()
+    except Exception:
+        return None
+
+
+def disk_cache_file(jit_fn, cache_dir: str) -> Optional[Path]:
+    """The file FlyDSL's disk cache holds for ``jit_fn``'s last compile (None: unknown)."""
+    try:
+        from flydsl.compiler.jit_function import _disk_cache_key
+    except Exception:
+        return None
+    last = getattr(jit_fn, "_last_compiled", None)
+    func = getattr(jit_fn, "func", None)
+    if not last or func is None:
+        return None
+    return Path(cache_dir) / func.__name__ / f"{_disk_cache_key(last[0])}.pkl"
 
 
 def compile_gfx950(jit_fn, *args, arch: str = "gfx950", **kwargs) -> CompiledKernel:

@@ -2,7 +2,10 @@
 real-GPU launcher.
 
 A kernel compiles on its first use, in the device compile environment (arch pinned, FlyDSL's
-disk cache routed); later uses take it without a lock. A compile that failed is remembered
+disk cache routed); later uses take it without a lock. A first use while the current stream
+captures a CUDA graph is refused (``CaptureRefused``): neither compiling nor loading a module
+belongs in a graph capture, in any mode; the op keeps PyTorch's path for that call, and a run
+before capture (vLLM's warm-up) makes the kernel available to later captures. A compile that failed is remembered
 and raises the same error again without recompiling: a warm graph whose toolchain broke must
 not re-trace on every call before the op falls back to PyTorch.
 """
@@ -12,6 +15,10 @@ from __future__ import annotations
 import os
 import threading
 from typing import Any
+
+class CaptureRefused(RuntimeError):
+    """A kernel's first use in this process came while a CUDA graph was being captured."""
+
 
 _COMPILED: dict = {}
 _FAILED: dict = {}  # key -> the error of its failed compile
@@ -31,6 +38,10 @@ def first_use(key, compile_fn) -> tuple[Any, bool]:
     from .arch import device_arch
     from .compile import device_compile_env
 
+    if _capturing():
+        raise CaptureRefused("FlyDSL kernel not yet loaded in this process and the current stream is capturing a "
+                             "CUDA graph: torch_flydsl never compiles or loads kernels during capture (run the op "
+                             "once before capturing, as vLLM's warm-up does)")
     with _LOCK:
         hit = _COMPILED.get(key)
         if hit is not None:
@@ -45,3 +56,12 @@ def first_use(key, compile_fn) -> tuple[Any, bool]:
             raise
         _COMPILED[key] = hit
         return hit, True
+
+
+def _capturing() -> bool:
+    import torch
+
+    try:
+        return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    except Exception:
+        return False

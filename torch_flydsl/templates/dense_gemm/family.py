@@ -257,3 +257,48 @@ def torch_fallback(call: DenseCall) -> None:
         torch.mm(call.a, call.b, out=call.out)
     else:
         torch.addmm(call.bias.expand(call.out.shape), call.a, call.b, beta=call.beta, alpha=call.alpha, out=call.out)
+
+
+# -- precompile and run-only mode (torch_flydsl.deploy) ----------------------------------------
+
+
+def variant_id(cfg, problem, has_bias: Optional[bool] = None) -> str:
+    """The compiled kernel ``cfg`` needs for ``problem`` (one binary serves every M, N, K of it):
+    what ``precompile`` builds once and a run-only manifest lists. ``has_bias`` defaults to
+    whether the problem has one (addmm with ``beta == 0`` runs the bias-free kernel)."""
+    from .config import KERNEL_VERSION
+    from .problem import DynamicM
+
+    if isinstance(problem, DynamicM):
+        problem = problem.at_hint
+    bias = problem.bias is not None if has_bias is None else has_bias
+    tail = problem.k % cfg.block_k != 0
+    dtype = str(problem.dtype).replace("torch.", "")
+    return f"{KERNEL_VERSION}/{cfg.key()}/{dtype}/{problem.layout}/bias{int(bias)}/ktail{int(tail)}"
+
+
+def placeholder_call(cfg, problem, has_bias: Optional[bool] = None):
+    """``(jit_fn, args)`` that compile ``variant_id(cfg, problem, has_bias)``'s kernel exactly as
+    a device call traces it (meta tensors stand in: nothing is allocated or launched)."""
+    import torch
+
+    from .launcher import compile_args
+
+    bias = problem.bias is not None if has_bias is None else has_bias
+    m, n, k, dt = problem.m, problem.n, problem.k, problem.dtype
+
+    def matrix(rows, cols, major):
+        t = torch.empty((rows, cols) if major == "row" else (cols, rows), dtype=dt, device="meta")
+        return t if major == "row" else t.t()
+
+    a, b = matrix(m, k, problem.a_major), matrix(k, n, problem.b_major)
+    out = torch.empty((m, n), dtype=dt, device="meta")
+    bias_t = torch.empty((n,), dtype=dt, device="meta") if bias else None
+    checked = _replace_bias(problem, "row" if bias else None)
+    return compile_args(cfg, a, b, out, bias_t, problem=checked)
+
+
+def _replace_bias(problem, bias):
+    from dataclasses import replace
+
+    return replace(problem, bias=bias)
