@@ -59,6 +59,41 @@ def attention_row() -> tuple[str, str]:
     return ("SDPA attention (AOTriton)", aotriton_summary())
 
 
+def _flydsl_cache_label() -> str:
+    deploy = os.environ.get("TORCH_FLYDSL_CACHE_DIR")
+    if deploy:
+        return f"{deploy}/flydsl (TORCH_FLYDSL_CACHE_DIR)"
+    return os.environ.get("FLYDSL_RUNTIME_CACHE_DIR") or "<inductor cache dir>/torch_flydsl/flydsl_cache"
+
+
+def _precompiled() -> str:
+    """The deployment cache's manifest in one line (never raises)."""
+    from .deploy import manifest as mf
+    from .deploy.run_only import whole_cache_decline
+    from .runtime.cache import deployment_dir
+
+    try:
+        man = mf.read(deployment_dir())
+    except (mf.ManifestError, OSError) as e:
+        return f"unreadable: {e}"
+    if not man.kernels:
+        return f"none in {man.directory} (python -m torch_flydsl precompile --spec FILE)"
+    held = sum(man.holds(k) for k in man.kernels)
+    why = whole_cache_decline(man)
+    usable = "loadable here" if why is None else "NOT loadable here: built by another FlyDSL toolchain or ROCm bitcode"
+    return f"{held} of {len(man.kernels)} listed in {man.path} ({usable})"
+
+
+def _dispatch_table() -> str:
+    from . import dispatch_table as dt
+
+    table = dt.active()
+    where = dt._path_for(dt._settings())
+    if where is None:
+        return "none (TORCH_FLYDSL_DISPATCH_TABLE)"
+    return f"{where}: {len(table)} entries" + ("" if len(table) else " (unusable: see the warning above)")
+
+
 def rows() -> list[tuple[str, str]]:
     import torch
 
@@ -89,7 +124,10 @@ def rows() -> list[tuple[str, str]]:
         ("Inductor glue", _glue_state()),
         ("FLYDSL requested", _flydsl_requested()),
         ("in-tree FlyDSL backend in torch", str(intree.status(*_here()))),
-        ("FlyDSL kernel cache", os.environ.get("FLYDSL_RUNTIME_CACHE_DIR") or "<inductor cache dir>/torch_flydsl/flydsl_cache"),
+        ("FlyDSL kernel cache", _flydsl_cache_label()),
+        ("precompiled kernels", _precompiled()),
+        ("run-only mode", "on: never compiles at run time" if config.run_only() else "off"),
+        ("dispatch table", _dispatch_table()),
         ("executor", config.executor()),
         ("autotune breadth", config.autotune_breadth()),
         ("in-tree policy", config.intree_policy()),

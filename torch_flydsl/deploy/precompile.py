@@ -38,7 +38,7 @@ class Unit:
 
 
 def plan_units(spec: Spec) -> tuple[dict, list]:
-    """``({unit id: Unit}, [(shape label, reason)])`` for the spec's work."""
+    """``({unit id: Unit}, [(shape label, config or None, reason)])`` for the spec's work."""
     from ..registry import family_for
 
     units: dict = {}
@@ -47,7 +47,7 @@ def plan_units(spec: Spec) -> tuple[dict, list]:
         op = "addmm" if w.shape.bias else "mm"
         impl = family_for(op).impl()
         for cfg, d in w.declined:
-            declined.append((w.shape.label(), str(d) if cfg is None else f"{cfg.key()}: {d.reason}"))
+            declined.append((w.shape.label(), cfg, str(d)))
         for cfg in w.configs:
             uid = impl.variant_id(cfg, w.problem, w.shape.bias)
             unit = units.setdefault(uid, Unit(uid, op, cfg, w.problem, w.shape.bias))
@@ -165,7 +165,7 @@ def _run(jobs_args: list, jobs: int, progress: bool) -> list:
         bar.close()
 
 
-def summary(units: dict, declined: list, manifest_path: Path, seconds: float) -> str:
+def summary(units: dict, declined: list, manifest_path: Path, seconds: float, verbose: bool = False) -> str:
     from tabulate import tabulate
 
     rows = []
@@ -173,8 +173,15 @@ def summary(units: dict, declined: list, manifest_path: Path, seconds: float) ->
         rows.append((u.cfg.key(), u.id.split("/")[2], u.id.split("/")[3], u.has_bias, u.id.endswith("ktail1"),
                      len(u.shapes), u.status, f"{u.seconds:.1f}" if u.status != "cached" else "-"))
     lines = [tabulate(rows, headers=["config", "dtype", "layout", "bias", "K tail", "shapes", "status", "seconds"])]
-    for label, why in declined:
-        lines.append(f"not built: {label}: {why}")
+    unfit = [(label, why) for label, cfg, why in declined if cfg is not None]
+    for label, cfg, why in declined:
+        if cfg is None:  # the whole shape: always said
+            lines.append(f"not built: {label}: {why}")
+    if unfit and verbose:
+        lines.extend(f"not built: {label}: {why}" for label, why in unfit)
+    elif unfit:
+        lines.append(f"{len(unfit)} (shape, config) pair(s) of the spec's breadth do not fit and were not built "
+                     "(--verbose lists them; `explain mm M N K` says why for one shape)")
     for u in units.values():
         if u.status == "failed":
             lines.append(f"failed: {u.cfg.key()} ({u.id}): {u.error}")
@@ -207,7 +214,7 @@ def main(args) -> int:
     except CompileError as e:
         print(f"precompile: {e}")
         return 2
-    print(summary(units, declined, path, time.perf_counter() - t0))
+    print(summary(units, declined, path, time.perf_counter() - t0, args.verbose))
     if not args.cache_dir and not os.environ.get("TORCH_FLYDSL_CACHE_DIR"):
         print(f"(a run on this machine reads it from there; elsewhere set TORCH_FLYDSL_CACHE_DIR={path.parent})")
     return 1 if any(u.status == "failed" for u in units.values()) else 0
@@ -225,4 +232,5 @@ def add_parser(sub) -> None:
                    help="the deployment's ROCm root (or a copy of its amdgcn/ tree): FlyDSL keys binaries by its "
                         "device bitcode, so build with the same bitcode the MI350 machine has")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--verbose", action="store_true", help="list every (shape, config) pair that does not fit")
     p.set_defaults(fn=main)
