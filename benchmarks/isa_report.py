@@ -1,6 +1,6 @@
 """The dense GEMM kernel's main K loop, read from its gfx950 assembly, for every curated config,
 and a simple MI355X model of each config on the 15 BF16 NT shapes of
-``dense_gemm_device_bench.SUITE``. Static evidence only: nothing here runs a kernel.
+``torch_flydsl.bench.mm.SUITE`` (the dense device benchmark's). Static evidence only: nothing here runs a kernel.
 
     python benchmarks/isa_report.py [--layouts nt] [--dtype bf16] [--breadth curated]
         [--configs KEY,KEY] [--no-model] [--model-rows best|all] [--isa-dir DIR]
@@ -32,10 +32,8 @@ from typing import Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dense_gemm_device_bench import SUITE, problem_for  # noqa: E402
-
-from torch_flydsl.runtime.artifact import (  # noqa: E402
+from torch_flydsl.bench.mm import SUITE, problem_for
+from torch_flydsl.runtime.artifact import (
     LDS_BYTES_PER_CU,
     MAX_WAVES_PER_SIMD,
     SIMDS_PER_CU,
@@ -44,7 +42,7 @@ from torch_flydsl.runtime.artifact import (  # noqa: E402
     WAVE_SIZE,
     KernelResources,
 )
-from torch_flydsl.runtime.isa import LoopMetrics, loop_metrics, mfma_per_k_tile  # noqa: E402
+from torch_flydsl.runtime.isa import LoopMetrics, loop_metrics, mfma_per_k_tile
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 MIN_STEADY_K_TILES = 4  # the issue's checks apply to configs that run at least this many K tiles

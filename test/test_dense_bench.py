@@ -1,4 +1,5 @@
-"""benchmarks/dense_gemm_device_bench.py works before it meets an MI350 (the plan on this
+"""The dense GEMM device benchmark (``torch_flydsl.bench.mm``, run by
+benchmarks/dense_gemm_device_bench.py) works before it meets an MI350 (the script's plan on this
 machine, its operands, its bookkeeping with stand-ins for the GPU calls, the summary and the
 plot on synthetic timings), and benchmarks/isa_report.py's MI355X model does the arithmetic it
 states (no compile: the model is plain arithmetic over a config and its residency)."""
@@ -27,8 +28,9 @@ def load(name):
 
 @pytest.fixture(scope="module")
 def bench():
-    yield load("dense_gemm_device_bench")
-    sys.modules.pop("dense_gemm_device_bench", None)
+    from torch_flydsl.bench import mm
+
+    return mm
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +172,32 @@ def test_triton_decomposed_or_unavailable_is_noted_per_shape(bench, stand_ins, m
     row = bench.bench_shape(64, 64, 128, args(), None, [], torch.device("cpu"))
     assert "triton_ms" not in row and row["x_best"] == row["x_aten"]
     assert "Triton: TritonUnavailable: Inductor's compiled mm runs no Triton kernel here" in row["note"]
+
+
+def test_the_in_tree_column_is_timed_only_when_asked_for_and_noted_when_unavailable(bench, stand_ins, monkeypatch):
+    from torch_flydsl.bench.baselines import IntreeUnavailable
+
+    def intree(a, b):
+        def call():
+            return torch.mm(a, b)
+
+        call.ms = 0.8
+        return call
+
+    monkeypatch.setattr(bench, "intree_fn", intree)
+    row = bench.bench_shape(64, 64, 128, args(), None, [], torch.device("cpu"))
+    assert "intree_ms" not in row and "x_intree" not in row  # the script's default: no in-tree column
+    row = bench.bench_shape(64, 64, 128, args(intree=True), None, [], torch.device("cpu"))
+    assert row["intree_ms"] == 0.8 and math.isclose(row["x_intree"], 0.8 / row["flydsl_ms"])
+    assert 0 < row["intree_err"] < bench.ERROR_LIMIT
+
+    def absent(a, b):
+        raise IntreeUnavailable("the plugin, not the in-tree backend, served mm here")
+
+    monkeypatch.setattr(bench, "intree_fn", absent)
+    row = bench.bench_shape(64, 64, 128, args(intree=True), None, [], torch.device("cpu"))
+    assert "intree_ms" not in row
+    assert "in-tree: IntreeUnavailable: the plugin, not the in-tree backend, served mm here" in row["note"]
 
 
 def test_summary_counts_wins_ties_and_losses_against_the_faster_of_aten_and_triton(bench):

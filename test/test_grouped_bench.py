@@ -1,8 +1,8 @@
-"""benchmarks/grouped_gemm_device_bench.py works before it meets an MI350: the dry run and the
-no-GPU exit on this machine, its routings and operands, and its bookkeeping on the CPU with
+"""The grouped GEMM device benchmark (``torch_flydsl.bench.grouped_mm``, run by
+benchmarks/grouped_gemm_device_bench.py) works before it meets an MI350: the script's dry run
+and no-GPU exit on this machine, its routings and operands, and its bookkeeping on the CPU with
 stand-ins for the GPU calls (the timing itself needs the device)."""
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -17,12 +17,9 @@ SCRIPT = Path(__file__).parents[1] / "benchmarks" / "grouped_gemm_device_bench.p
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("grouped_gemm_device_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop(spec.name, None)
+    from torch_flydsl.bench import grouped_mm
+
+    return grouped_mm
 
 
 @pytest.fixture
@@ -139,8 +136,7 @@ def test_bench_case_picks_the_fastest_correct_config_and_reports_speedups(bench,
 
 
 def test_shares_its_helpers_with_the_scaled_benchmark(bench):
-    sys.path.insert(0, str(SCRIPT.parent))
-    import _device_bench_common as common
+    from torch_flydsl.bench import scaled_mm, timing
 
-    assert bench.time_ms is common.time_ms and bench.device_gate is common.device_gate
+    assert bench.time_ms is timing.time_ms is scaled_mm.time_ms and bench.device_gate is timing.device_gate
     assert math.isclose(bench.geomean([2.0, 0.5, None]), 1.0) and bench.tflops(2e12, 1000.0) == 2.0

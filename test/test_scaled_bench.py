@@ -1,8 +1,8 @@
-"""benchmarks/scaled_gemm_device_bench.py works before it meets an MI350: the dry run and the
+"""The MX scaled GEMM device benchmark (``torch_flydsl.bench.scaled_mm``, run by
+benchmarks/scaled_gemm_device_bench.py) works before it meets an MI350: the script's dry run and
 no-GPU exit on this machine, and its operands and bookkeeping on the CPU with stand-ins for the
 two GPU calls (the timing itself needs the device)."""
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -17,10 +17,9 @@ SCRIPT = Path(__file__).parents[1] / "benchmarks" / "scaled_gemm_device_bench.py
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("scaled_gemm_device_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from torch_flydsl.bench import scaled_mm
+
+    return scaled_mm
 
 
 def run_script(*args):
@@ -85,3 +84,39 @@ def test_bench_shape_picks_the_fastest_correct_config_and_reports_speedup(bench,
     bench.write_csv(tmp_path / "r.csv", [row], bench.COLUMNS)
     assert (tmp_path / "r.csv").read_text().splitlines()[0].split(",") == bench.COLUMNS
     assert math.isclose(bench.geomean([2.0, 0.5, None]), 1.0)
+
+
+def test_bench_shape_adds_triton_and_in_tree_columns_when_asked_for(bench, monkeypatch):
+    from torch_flydsl.bench.baselines import IntreeUnavailable
+    from torch_flydsl.templates.scaled_gemm import reference
+
+    def exact(a, b, sa, sb, out):
+        def call():
+            return reference(a, b, sa, sb).to(out.dtype)
+
+        return call
+
+    def fake_flydsl(via, cfg, problem, a, b, sa, sb, out):
+        call = exact(a, b, sa, sb, out)
+        call.ms = 1.0
+        return call
+
+    def triton(version, a, b, sa, sb, out):
+        call = exact(a, b, sa, sb, out)
+        call.ms = 1.25
+        return call
+
+    def no_intree(a, b, sa, sb, out):
+        raise IntreeUnavailable("the in-tree FlyDSL backend offered no choice for _scaled_mm_v2 here")
+
+    monkeypatch.setattr(bench, "flydsl_fn", fake_flydsl)
+    monkeypatch.setattr(bench, "aten_fn", lambda v, a, b, sa, sb, out: exact(a, b, sa, sb, out))
+    monkeypatch.setattr(bench, "triton_fn", triton)
+    monkeypatch.setattr(bench, "intree_fn", no_intree)
+    monkeypatch.setattr(bench, "time_ms", lambda fn, warmup, iters, flush=None: getattr(fn, "ms", 2.0))
+    args = SimpleNamespace(via="launcher", aten="v1", warmup=0, iters=1, no_check=False, breadth="baseline",
+                           no_triton=False, intree=True)
+    row = bench.bench_shape("mxfp8", 32, 64, 256, args, None, [], torch.device("cpu"))
+    assert row["triton_ms"] == 1.25 and 0 < row["triton_err"] < bench.ERROR_LIMIT and row["aten_ms"] == 2.0
+    assert "intree_ms" not in row
+    assert row["note"] == "in-tree: IntreeUnavailable: the in-tree FlyDSL backend offered no choice for _scaled_mm_v2 here"

@@ -1,7 +1,7 @@
-"""benchmarks/topk_device_bench.py before it meets an MI350: the plan from the family gate, the
+"""The TopK device benchmark (``torch_flydsl.bench.topk``, run by benchmarks/topk_device_bench.py)
+before it meets an MI350: the plan from the family gate, the
 no-GPU exit, and its correctness check and plot on CPU data (the timing needs the device)."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +14,9 @@ SCRIPT = Path(__file__).parents[1] / "benchmarks" / "topk_device_bench.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("topk_device_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from torch_flydsl.bench import topk
+
+    return topk
 
 
 def run_script(*args):

@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .deploy.precompile import add_parser as add_precompile
 
     add_precompile(sub)
+    from .bench.cli import add_parser as add_bench
+
+    add_bench(sub)
     return p
 
 
