@@ -155,3 +155,42 @@ def test_inductor_under_run_only_offers_only_precompiled_kernels_plumbing_with_r
     assert cli("precompile", "--spec", str(spec), "--cache-dir", str(cache), "--quiet").returncode == 0
     filled = probe(tmp_path / "b", env)
     assert any("torch_flydsl.dense_mm_out" in c for c in filled["calls"]), filled["calls"]
+
+
+def test_mx_and_grouped_shapes_precompile_and_run_only_offers_them(tmp_path):
+    spec = tmp_path / "moe.json"
+    spec.write_text(json.dumps({"format": SHAPES_FORMAT, "version": 1, "breadth": "baseline", "shapes": [
+        {"op": "scaled_mm", "dtype": "mxfp8", "out_dtype": "bfloat16", "m": 256, "n": 4096, "k": 4096},
+        {"op": "scaled_mm", "dtype": "mxfp4", "out_dtype": "bfloat16", "bias": True, "m": 256, "n": 4096, "k": 4096},
+        {"op": "grouped_mm", "dtype": "bfloat16", "groups": 8, "b_major": "col", "m": 4096, "n": 1024, "k": 2048},
+    ]}))
+    cache = tmp_path / "cache"
+    r = cli("precompile", "--spec", str(spec), "--cache-dir", str(cache), "--quiet")
+    assert r.returncode == 0 and "3 compiled" in r.stdout, r.stdout + r.stderr[-3000:]
+    ids = sorted(mf.read(cache).kernels)
+    assert [i.split("/")[0] for i in ids] == ["grouped_gemm-4", "scaled_gemm-1", "scaled_gemm-1"], ids
+    env = {"TORCH_FLYDSL_CACHE_DIR": str(cache), "TORCH_FLYDSL_RUN_ONLY": "1"}
+    for args, offered in [(("scaled_mm", "256", "4096", "4096"), True),
+                          (("scaled_mm", "256", "4096", "4096", "--dtype", "w4a8"), False),
+                          (("grouped_mm", "4096", "1024", "2048", "--groups", "8"), True),
+                          (("grouped_mm", "4096", "1024", "2048", "--groups", "8", "--b-major", "row"), False)]:
+        r = cli("explain", *args, "--breadth", "baseline", "--json", env=env)
+        d = json.loads(r.stdout)
+        assert bool(d["offered"]) is offered, (args, d)
+        if not offered:
+            assert any(x["category"] == "run-only" for x in d["declined"]), d
+
+
+@pytest.mark.parametrize("shape, says", [
+    ({"op": "scaled_mm", "dtype": "fp8", "m": 1, "n": 1, "k": 32}, "dtype 'fp8'"),
+    ({"op": "grouped_mm", "dtype": "bfloat16", "m": 1, "n": 1, "k": 8}, "groups must be"),
+    ({"op": "grouped_mm", "dtype": "bfloat16", "groups": 2, "layout": "nt", "m": 1, "n": 1, "k": 8}, "unknown field"),
+    ({"op": "conv", "m": 1, "n": 1, "k": 1}, "op 'conv'"),
+])
+def test_shape_fields_are_checked_per_op(tmp_path, shape, says):
+    from torch_flydsl.deploy.spec import SpecError, load
+
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"format": SHAPES_FORMAT, "version": 1, "shapes": [shape]}))
+    with pytest.raises(SpecError, match=says):
+        load(p)

@@ -7,8 +7,9 @@ a deployment cache directory that a process on an MI350 loads without compiling:
 - ``DIR/manifest.json``: which kernels are there (``deploy.manifest``), read by run-only mode;
 - ``DIR/dispatch_table.json``: the spec's table, merged, when the spec is a dispatch table.
 
-A kernel is one binary per (config, dtype, layout, bias, K tail): shapes that share one are
-built once. A kernel the manifest already lists (binary present, same toolchain) is skipped, so
+A kernel is one binary per variant (dense: config, dtype, layout, bias, K tail; MX: config,
+formats, output dtype, bias; grouped: config, dtype, B's major): shapes that share one are built
+once. Ops: ``mm`` (and addmm), MX ``scaled_mm``/``scaled_mm_v2``, ``grouped_mm`` (MoE forward). A kernel the manifest already lists (binary present, same toolchain) is skipped, so
 a second run compiles nothing. FlyDSL keys binaries by the ROCm device bitcode too: on a machine
 without the deployment's ROCm, pass ``--rocm-path`` (its root, or a copy of its ``amdgcn/``).
 """
@@ -44,7 +45,7 @@ def plan_units(spec: Spec) -> tuple[dict, list]:
     units: dict = {}
     declined = []
     for w in spec.work:
-        op = "addmm" if w.shape.bias else "mm"
+        op = w.shape.aten_op
         impl = family_for(op).impl()
         for cfg, d in w.declined:
             declined.append((w.shape.label(), cfg, str(d)))
@@ -170,9 +171,9 @@ def summary(units: dict, declined: list, manifest_path: Path, seconds: float, ve
 
     rows = []
     for u in sorted(units.values(), key=lambda u: u.id):
-        rows.append((u.cfg.key(), u.id.split("/")[2], u.id.split("/")[3], u.has_bias, u.id.endswith("ktail1"),
-                     len(u.shapes), u.status, f"{u.seconds:.1f}" if u.status != "cached" else "-"))
-    lines = [tabulate(rows, headers=["config", "dtype", "layout", "bias", "K tail", "shapes", "status", "seconds"])]
+        rows.append((u.cfg.key(), "/".join(u.id.split("/")[2:]), len(u.shapes), u.status,
+                     f"{u.seconds:.1f}" if u.status != "cached" else "-"))
+    lines = [tabulate(rows, headers=["config", "kernel variant", "shapes", "status", "seconds"])]
     unfit = [(label, why) for label, cfg, why in declined if cfg is not None]
     for label, cfg, why in declined:
         if cfg is None:  # the whole shape: always said

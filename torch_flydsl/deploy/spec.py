@@ -2,11 +2,14 @@
 configs to build for it).
 
 A spec is either a dispatch table (``torch_flydsl.dispatch_table``: each entry's one config), or
-a shapes file (what ``record`` writes)::
+a shapes file (what ``record`` writes; ``Shape`` lists each op's fields)::
 
     {"format": "torch-flydsl-shapes", "version": 1, "breadth": "curated",
      "shapes": [{"op": "mm", "dtype": "bfloat16", "layout": "nt", "bias": false,
-                 "m": 16, "n": 4096, "k": 4096}]}
+                 "m": 16, "n": 4096, "k": 4096},
+                {"op": "scaled_mm", "dtype": "mxfp4", "out_dtype": "bfloat16", "m": 16, "n": 4096, "k": 4096},
+                {"op": "grouped_mm", "dtype": "bfloat16", "groups": 8, "b_major": "col",
+                 "m": 4096, "n": 14336, "k": 4096}]}
 
 where every config of ``breadth`` (baseline, curated, exhaustive) that fits a shape is built.
 """
@@ -31,6 +34,11 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class Shape:
+    """One GEMM of a spec. ``mm``: ``dtype`` bfloat16/float16, ``layout``, ``bias``.
+    ``scaled_mm``/``scaled_mm_v2`` (MX ``torch._scaled_mm`` / ``F.scaled_mm``, TN layout):
+    ``dtype`` mxfp8, mxfp8-e5m2, mxfp4 or w4a8, ``out_dtype``, ``bias``. ``grouped_mm`` (the MoE
+    forward, ``m`` tokens over ``groups`` experts): ``dtype``, ``groups``, ``b_major``."""
+
     op: str
     dtype: str
     layout: str
@@ -38,13 +46,29 @@ class Shape:
     m: int
     n: int
     k: int
+    out_dtype: str = ""
+    groups: int = 0
+    b_major: str = ""
+
+    @property
+    def aten_op(self) -> str:
+        return ("addmm" if self.bias else "mm") if self.op == "mm" else self.op
 
     def label(self) -> str:
-        return f"{self.op}{'+bias' if self.bias else ''} {self.dtype} {self.layout} {self.m}x{self.n}x{self.k}"
+        extra = f" out={self.out_dtype}" if self.out_dtype else ""
+        extra += f" G={self.groups} B={self.b_major}-major" if self.groups else ""
+        return f"{self.op}{'+bias' if self.bias else ''} {self.dtype} {self.layout}{extra} {self.m}x{self.n}x{self.k}"
 
     def to_json(self) -> dict:
-        return {"op": self.op, "dtype": self.dtype, "layout": self.layout, "bias": self.bias,
-                "m": self.m, "n": self.n, "k": self.k}
+        d = {"op": self.op, "dtype": self.dtype, "layout": self.layout, "bias": self.bias,
+             "m": self.m, "n": self.n, "k": self.k}
+        if self.op.startswith("scaled_mm"):
+            d["out_dtype"] = self.out_dtype
+            del d["layout"]
+        if self.op == "grouped_mm":
+            d.update(groups=self.groups, b_major=self.b_major)
+            del d["layout"], d["bias"]
+        return d
 
 
 @dataclass
@@ -63,15 +87,20 @@ class Spec:
 
 
 def _problem(shape: Shape):
-    from ..registry import family_for
-    from ..templates.base import Decline
-
-    op = "addmm" if shape.bias else "mm"
-    impl = family_for(op).impl()
     import torch
 
-    problem = impl.explain_problem(op, shape.m, shape.n, shape.k, getattr(torch, shape.dtype), shape.layout)
-    return impl, problem if not isinstance(problem, Decline) else problem
+    from ..registry import family_for
+
+    impl = family_for(shape.aten_op).impl()
+    if shape.op == "mm":
+        problem = impl.explain_problem(shape.aten_op, shape.m, shape.n, shape.k, getattr(torch, shape.dtype), shape.layout)
+    elif shape.op == "grouped_mm":
+        problem = impl.explain_problem("grouped_mm", shape.m, shape.n, shape.k, getattr(torch, shape.dtype),
+                                       groups=shape.groups, b_major=shape.b_major)
+    else:
+        problem = impl.explain_problem(shape.op, shape.m, shape.n, shape.k, dtype=shape.dtype,
+                                       out_dtype=getattr(torch, shape.out_dtype), bias=shape.bias)
+    return impl, problem
 
 
 def _work_for_configs(shape: Shape, keys: list) -> Work:
@@ -99,17 +128,50 @@ def _work_for_breadth(shape: Shape, breadth: str) -> Work:
     return Work(shape, problem, list(fitting), list(declined))
 
 
+SHAPE_OPS = ("mm", "scaled_mm", "scaled_mm_v2", "grouped_mm")
+_FIELDS = {
+    "mm": {"op", "dtype", "layout", "bias", "m", "n", "k"},
+    "scaled_mm": {"op", "dtype", "out_dtype", "bias", "m", "n", "k"},
+    "grouped_mm": {"op", "dtype", "groups", "b_major", "m", "n", "k"},
+}
+
+
+def _positive(raw: dict, name: str, where: str) -> int:
+    v = raw.get(name)
+    if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        raise SpecError(f"{where}: {name} must be a positive integer, got {v!r}")
+    return v
+
+
+def _one_of(raw: dict, name: str, allowed, where: str, default=None):
+    v = raw.get(name, default)
+    if v not in allowed:
+        raise SpecError(f"{where}: {name} {v!r} is not one of {', '.join(map(str, allowed))}")
+    return v
+
+
 def _shape(raw, where: str) -> Shape:
-    # A shape is a dispatch-table entry without a config: reuse that validation.
     if not isinstance(raw, dict):
         raise SpecError(f"{where}: a shape must be a JSON object")
-    if isinstance(raw.get("m"), list):
-        raise SpecError(f"{where}: a shape needs one M (ranges belong in dispatch tables)")
-    try:
-        e = dt._entry({**raw, "config": "m128n128k32_w2x2_s4_g0"}, where)
-    except dt.TableError as err:
-        raise SpecError(str(err)) from None
-    return Shape(e.op, e.dtype, e.layout, e.bias, e.m, e.n, e.k)
+    op = _one_of(raw, "op", SHAPE_OPS, where)
+    fields = _FIELDS["scaled_mm" if op.startswith("scaled_mm") else op]
+    unknown = sorted(set(raw) - fields)
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {', '.join(unknown)} for {op} (known: {', '.join(sorted(fields))})")
+    m, n, k = (_positive(raw, x, where) for x in ("m", "n", "k"))
+    bias = raw.get("bias", False)
+    if not isinstance(bias, bool):
+        raise SpecError(f"{where}: bias must be true or false, got {bias!r}")
+    if op == "mm":
+        return Shape(op, _one_of(raw, "dtype", dt.DTYPES, where), _one_of(raw, "layout", dt.LAYOUTS, where, "nt"),
+                     bias, m, n, k)
+    if op == "grouped_mm":
+        return Shape(op, _one_of(raw, "dtype", dt.DTYPES, where), "nt", False, m, n, k,
+                     groups=_positive(raw, "groups", where), b_major=_one_of(raw, "b_major", ("col", "row"), where, "col"))
+    from ..templates.scaled_gemm.family import DTYPES as MX
+
+    return Shape(op, _one_of(raw, "dtype", MX, where), "tn", bias, m, n, k,
+                 out_dtype=_one_of(raw, "out_dtype", dt.DTYPES, where, "bfloat16"))
 
 
 def load(path, breadth: Optional[str] = None) -> Spec:

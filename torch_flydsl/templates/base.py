@@ -134,3 +134,11 @@ def pick_by_size(size: float, table, fits, default):
                 if fits(cfg):
                     return cfg
     return default
+
+
+def meta_tensor(t: TensorMeta) -> torch.Tensor:
+    """A meta-device tensor with ``t``'s sizes, strides, offset and dtype (nothing allocated):
+    what compile-only callers pass where a launch would pass the real operand."""
+    span = t.byte_span() // t.itemsize + t.offset
+    base = torch.empty(max(span, 1), dtype=t.dtype, device="meta")
+    return base.as_strided(t.shape, t.stride, t.offset)

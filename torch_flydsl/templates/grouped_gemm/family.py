@@ -9,7 +9,7 @@ torch``); everything else imports the family's code when first called.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from ...registry import ChoiceHook, CustomOp, Family
 
@@ -150,3 +150,33 @@ def torch_fallback(call: GroupedCall) -> None:
     import torch
 
     call.out.copy_(torch._grouped_mm(call.a, call.b, offs=call.offs))
+
+
+# -- precompile and run-only mode (torch_flydsl.deploy) ----------------------------------------
+
+
+def variant_id(cfg, problem, has_bias: Optional[bool] = None) -> str:
+    """The compiled kernel ``cfg`` needs for ``problem``: one binary per (config, dtype, B's
+    major, operand form) serves every token count, N, K and expert count."""
+    from .config import KERNEL_VERSION
+
+    form = "alongk" if problem.along_k else "batched" if problem.batched else "2d3d"
+    dtype = str(problem.dtype).replace("torch.", "")
+    return f"{KERNEL_VERSION}/{cfg.key()}/{dtype}/b{problem.b_major}/{form}"
+
+
+def placeholder_call(cfg, problem, has_bias: Optional[bool] = None):
+    """``(jit_fn, args)`` compiling ``variant_id``'s kernel for the MoE forward form (A [T, K]
+    x B [G, K, N], int32 offs) with meta tensors; other forms are not precompiled yet."""
+    import torch
+
+    from ..base import TensorMeta, meta_tensor
+    from .launcher import compile_args
+
+    if problem.batched or problem.along_k:
+        raise NotImplementedError("precompile builds the 2-D x 3-D (MoE forward) grouped kernel only")
+    t, n, k, g, dt = problem.tokens, problem.n, problem.k, problem.groups, problem.dtype
+    b = TensorMeta((g, k, n), (n * k, 1, k), dt) if problem.b_major == "col" else TensorMeta.contiguous((g, k, n), dt)
+    tensors = [meta_tensor(m) for m in (TensorMeta.contiguous((t, k), dt), b,
+                                        TensorMeta.contiguous((g,), torch.int32), TensorMeta.contiguous((t, n), dt))]
+    return compile_args(cfg, *tensors, problem=problem)

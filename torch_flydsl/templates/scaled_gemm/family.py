@@ -283,3 +283,32 @@ def torch_fallback(call: ScaledCall) -> None:
         call.bias, call.out.dtype,
     )
     call.out.copy_(result)
+
+
+# -- precompile and run-only mode (torch_flydsl.deploy) ----------------------------------------
+
+
+def variant_id(cfg, problem, has_bias: Optional[bool] = None) -> str:
+    """The compiled kernel ``cfg`` needs for ``problem``: one binary per (config, A and B
+    formats, output dtype, bias) serves every M, N, K (``deploy.precompile`` builds it once)."""
+    from .config import KERNEL_VERSION
+
+    bias = problem.bias if has_bias is None else has_bias
+    out = str(problem.out_dtype).replace("torch.", "")
+    return f"{KERNEL_VERSION}/{cfg.key()}/{problem.a_format}.{problem.b_format}/{out}/bias{int(bias)}"
+
+
+def placeholder_call(cfg, problem, has_bias: Optional[bool] = None):
+    """``(jit_fn, args)`` compiling ``variant_id``'s kernel as a device call traces it (meta
+    tensors in ``torch._scaled_mm``'s layout stand in: nothing is allocated or launched)."""
+    from dataclasses import replace
+
+    from ..base import meta_tensor
+    from .eligibility import contiguous_metas
+    from .launcher import compile_args
+
+    bias = problem.bias if has_bias is None else has_bias
+    metas = contiguous_metas(problem.m, problem.n, problem.k, problem.a_format, problem.b_format, problem.out_dtype,
+                             bias)
+    a, b, scale_a, scale_b, out, bias_t = (None if m is None else meta_tensor(m) for m in metas)
+    return compile_args(cfg, a, b, scale_a, scale_b, out, bias_t, problem=replace(problem, bias=bias))
