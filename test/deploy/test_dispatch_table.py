@@ -171,3 +171,24 @@ def test_lookup_costs_under_two_microseconds(tmp_path, monkeypatch):
             dt.active().lookup("mm", torch.bfloat16, "nt", False, 16, 4096, 4096)
         best = min(best, (time.perf_counter() - t0) / n)
     assert best < 2e-6, f"{best * 1e6:.2f} us per lookup"
+
+
+def test_the_mm_bench_writes_its_wins_into_a_dispatch_table(tmp_path):
+    """``bench mm --table FILE`` on synthetic timings: a win by more than 1% is written, a tie
+    inside the band and a loss are not, and the file's other entries are kept."""
+    from torch_flydsl.bench.cli import write_table
+
+    def row(m, ours, theirs):
+        return {"M": m, "N": 4096, "K": 4096, "flydsl_config": DECODE, "flydsl_ms": ours, "x_best": theirs / ours}
+
+    path = dt.parse(doc(entry(m=4096, config=BIG))).save(tmp_path / "t.json")
+    said = write_table([row(1, 0.010, 0.0102), row(2, 0.010, 0.01009), row(4, 0.010, 0.009)], path)
+    assert said.startswith("1 of 3 shape(s)")
+    t = dt.load(path)
+    bf = torch.bfloat16
+    assert t.lookup("mm", bf, "nt", False, 1, 4096, 4096) == DECODE
+    assert t.lookup("mm", bf, "nt", False, 2, 4096, 4096) is None
+    assert t.lookup("mm", bf, "nt", False, 4, 4096, 4096) is None
+    assert t.lookup("mm", bf, "nt", False, 4096, 4096, 4096) == BIG
+    (won,) = [e for e in t.entries if e.m == 1]
+    assert won.source == "bench" and won.us == 10.0

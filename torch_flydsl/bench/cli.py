@@ -66,6 +66,9 @@ def add_parser(sub) -> None:
     b.add_argument("--flush-l2", action="store_true",
                    help="zero 512 MiB before each timed call (mm then times with events, not CUDA graphs; "
                         "topk: not supported)")
+    b.add_argument("--table", default=None, metavar="FILE",
+                   help="mm: merge a dispatch-table entry for every shape FlyDSL wins by more than 1%% into FILE "
+                        "(what TORCH_FLYDSL_DISPATCH_TABLE / the vLLM re-route reads)")
     b.set_defaults(fn=run)
 
 
@@ -229,6 +232,17 @@ def _environment() -> list[str]:
             f"{time.strftime('%Y-%m-%d %H:%M:%S')}"]
 
 
+def write_table(rows: list, path: Path) -> str:
+    """Merge the mm suite's winning shapes into the dispatch table at ``path``."""
+    from .. import dispatch_table as dt
+    from .mm import dispatch_entries
+
+    entries = dispatch_entries(rows)
+    old = dt.load(path) if path.is_file() else dt.DispatchTable()
+    old.merged(entries).save(path)
+    return f"{len(entries)} of {len(rows)} shape(s) won by FlyDSL written to the dispatch table {path}"
+
+
 def run(args) -> int:
     try:
         return _run(args)
@@ -292,6 +306,8 @@ def _run(args) -> int:
 
         for b in suite.baselines(intree):
             print(f"{suite.op}: {compare(rows, b).line()}")
+        if args.table and suite.op == "mm":
+            print(f"mm: {write_table(rows, Path(args.table))}")
         print(f"{suite.op}: wrote " + ", ".join(str(p) for p in written))
     if len(ops) > 1 and results:
         path = out_dir / "summary.md"

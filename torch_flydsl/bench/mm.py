@@ -456,3 +456,19 @@ BENCH = Suite(
     columns=tuple(COLUMNS),
     config_columns=tuple(CONFIG_COLUMNS),
 )
+
+
+def dispatch_entries(rows: list, tie_band: float = TIE_BAND) -> list:
+    """Dispatch-table entries (``torch_flydsl.dispatch_table``) for the shapes where FlyDSL's best
+    config beat every other column by more than the tie band: what the vLLM re-route should
+    serve. The suite's shapes are bf16 ``x @ W.T`` without bias."""
+    from ..dispatch_table import Entry
+
+    out = []
+    for r in rows:
+        x_best = r.get("x_best")
+        if not r.get("flydsl_config") or x_best is None or x_best <= 1 + tie_band:
+            continue
+        out.append(Entry("mm", "bfloat16", LAYOUT, False, int(r["M"]), int(r["N"]), int(r["K"]),
+                         r["flydsl_config"], "bench", round(r["flydsl_ms"] * 1e3, 3)))
+    return out
