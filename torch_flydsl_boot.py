@@ -87,5 +87,21 @@ def autoload() -> None:
 
 
 def vllm_register() -> None:
-    """``vllm.general_plugins`` entry point: vLLM calls it in every process, maybe twice."""
+    """``vllm.general_plugins`` entry point: vLLM calls it in every process, maybe twice.
+    With ``TORCH_FLYDSL_VLLM`` on it also arms the re-route of vLLM's ROCm unquantized GEMM op
+    (``torch_flydsl.integrations.vllm``); any failure there is logged, never raised."""
     autoload()
+    try:
+        if disabled_by_env() or not env_flag("TORCH_FLYDSL_VLLM", False):
+            return
+        from torch_flydsl.integrations.vllm import install
+
+        install()
+    except BaseException as e:  # noqa: BLE001 - a plugin must never stop vLLM
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        warn_once(
+            "vllm-install-failed",
+            f"torch_flydsl: TORCH_FLYDSL_VLLM=1 but the vLLM re-route was not installed: {type(e).__name__}: {e} "
+            "(vLLM's own kernels serve every call)",
+        )

@@ -70,6 +70,13 @@ KNOBS = (
     Knob("TORCH_FLYDSL_RUN_ONLY", "0", "1 (or true/yes/on): never compile a FlyDSL kernel at run time. Inductor offers only configs the cache's manifest.json lists; an eager or vLLM call whose kernel is missing keeps PyTorch's (vLLM's) path, with the reason at debug level."),
     Knob("TORCH_FLYDSL_RECORD_SHAPES", "", "FILE: record every GEMM shape that reaches the plugin (Inductor nodes offered FlyDSL, vLLM re-route calls) and merge them into FILE, a `precompile` shapes spec, at process exit."),
     Knob("TORCH_FLYDSL_DISPATCH_TABLE", "", "Path of a per-shape dispatch table (JSON; see README \"Precompile for deployment\") that picks the FlyDSL config for callers without Inductor (the vLLM re-route). Unset: $TORCH_FLYDSL_CACHE_DIR/dispatch_table.json when that file exists."),
+    Knob(
+        "TORCH_FLYDSL_VLLM",
+        "0",
+        "1 (or true/yes/on): in vLLM on ROCm (VLLM_PLUGINS must let torch_flydsl load), the unquantized "
+        "linear layers whose shape TORCH_FLYDSL_DISPATCH_TABLE names run FlyDSL kernels; every other call "
+        "keeps vLLM's kernel choice. Also adds the plugin's fingerprint to vLLM's compile-cache key.",
+    ),
 )
 
 

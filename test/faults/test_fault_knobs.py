@@ -34,6 +34,7 @@ BAD_ELSEWHERE = {
     "TORCH_FLYDSL_DISPATCH_TABLE": "test_dispatch_table::test_a_broken_table_file_warns_once_and_dispatches_nothing",
     "TORCH_FLYDSL_CACHE_DIR": "test_deploy_knobs::test_an_unusable_cache_dir_warns_once_and_compiles_in_memory",
     "TORCH_FLYDSL_RECORD_SHAPES": "test_deploy_knobs::test_an_unwritable_record_file_warns_at_exit_and_the_run_succeeds",
+    "TORCH_FLYDSL_VLLM": "integrations/test_vllm_hook::test_a_bad_TORCH_FLYDSL_VLLM_value_warns_once_and_installs_nothing",
 }
 ALONE = "TORCH_FLYDSL_EXECUTOR"
 
@@ -64,7 +65,8 @@ def test_knobs_tested_elsewhere_name_a_test_that_exists(name):
     from pathlib import Path
 
     module, test = BAD_ELSEWHERE[name].split("::")
-    path = Path(__file__).parents[1] / "deploy" / f"{module}.py"
+    path = Path(__file__).parents[1] / ("" if "/" in module else "deploy") / f"{module}.py"  # test/deploy unless named
+    module = module.replace("/", "_")
     spec = importlib.util.spec_from_file_location(f"_knob_{module}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Run test/integrations/ against the real vLLM 0.33.0 on CPU, in .venv-vllm/ (git-ignored;
+# created on first use, reused after): torch 2.14.0 (vLLM 0.33's pin), vLLM without its
+# dependencies (its CUDA kernels are not needed: the tests run vLLM's Python on the CPU key),
+# the pure-Python packages that `import vllm.model_executor.layers.utils` needs, and this
+# plugin with its test extras. The main venv runs the same tests against a stand-in seam.
+#
+#   scripts/vllm_hook_test.sh [VLLM_WHEEL_OR_SPEC] [-- pytest args]
+#
+# VLLM_WHEEL_OR_SPEC: a vLLM wheel file, or a pip spec (default vllm==0.33.0).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VLLM=${1:-vllm==0.33.0}
+[ $# -gt 0 ] && shift
+[ "${1:-}" = "--" ] && shift
+VENV=.venv-vllm
+PY=$VENV/bin/python
+# What vLLM 0.33's import chain of vllm.model_executor.layers.utils reads (found by importing it).
+DEPS=(packaging psutil pyzmq urllib3 regex numpy requests pydantic cbor2 transformers aiohttp openai-harmony
+      openai pillow pybase64 cachetools msgspec cloudpickle uvloop py-cpuinfo prometheus_client xgrammar fastapi
+      partial-json-parser llguidance)
+
+if [ ! -x "$PY" ]; then
+  python3 -m venv "$VENV"
+fi
+if ! "$PY" -c "import torch, sys; sys.exit(not torch.__version__.startswith('2.14.'))" 2>/dev/null; then
+  "$PY" -m pip install -q "torch==2.14.0"
+fi
+if ! "$PY" -c "import importlib.metadata as m; assert m.version('vllm').startswith('0.33')" 2>/dev/null; then
+  "$PY" -m pip install -q --no-deps "$VLLM"
+fi
+"$PY" -m pip install -q "${DEPS[@]}"
+"$PY" -m pip install -q -e ".[test]"
+VLLM_TARGET_DEVICE=cpu "$PY" -c "import vllm.model_executor.layers.utils" >/dev/null 2>&1 || {
+  echo "vllm.model_executor.layers.utils does not import in $VENV:" >&2
+  VLLM_TARGET_DEVICE=cpu "$PY" -c "import vllm.model_executor.layers.utils" 2>&1 | tail -5 >&2
+  exit 1
+}
+exec "$PY" -m pytest -q -p no:cacheprovider test/integrations/ "$@"
