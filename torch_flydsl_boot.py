@@ -88,20 +88,23 @@ def autoload() -> None:
 
 def vllm_register() -> None:
     """``vllm.general_plugins`` entry point: vLLM calls it in every process, maybe twice.
-    With ``TORCH_FLYDSL_VLLM`` on it also arms the re-route of vLLM's ROCm unquantized GEMM op
-    (``torch_flydsl.integrations.vllm``); any failure there is logged, never raised."""
+    It adds the plugin's fingerprint to vLLM's compile-cache key and, with ``TORCH_FLYDSL_VLLM``
+    on, arms the re-route of vLLM's ROCm unquantized GEMM op (``torch_flydsl.integrations.vllm``);
+    any failure there is logged, never raised."""
     autoload()
     try:
-        if disabled_by_env() or not env_flag("TORCH_FLYDSL_VLLM", False):
+        if disabled_by_env():
             return
-        from torch_flydsl.integrations.vllm import install
+        from torch_flydsl.integrations.vllm import install, install_fingerprint
 
-        install()
+        install_fingerprint()  # vLLM's compile-cache key follows the plugin, re-route or not
+        if env_flag("TORCH_FLYDSL_VLLM", False):
+            install()
     except BaseException as e:  # noqa: BLE001 - a plugin must never stop vLLM
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
         warn_once(
             "vllm-install-failed",
-            f"torch_flydsl: TORCH_FLYDSL_VLLM=1 but the vLLM re-route was not installed: {type(e).__name__}: {e} "
-            "(vLLM's own kernels serve every call)",
+            f"torch_flydsl: the vLLM hooks (compile-cache fingerprint, TORCH_FLYDSL_VLLM re-route) were not "
+            f"installed: {type(e).__name__}: {e} (vLLM's own kernels serve every call)",
         )

@@ -183,12 +183,34 @@ def test_the_mm_bench_writes_its_wins_into_a_dispatch_table(tmp_path):
 
     path = dt.parse(doc(entry(m=4096, config=BIG))).save(tmp_path / "t.json")
     said = write_table([row(1, 0.010, 0.0102), row(2, 0.010, 0.01009), row(4, 0.010, 0.009)], path)
-    assert said.startswith("1 of 3 shape(s)")
+    assert said.startswith("1 of 3 shape(s)") and "with and without bias" in said
     t = dt.load(path)
     bf = torch.bfloat16
     assert t.lookup("mm", bf, "nt", False, 1, 4096, 4096) == DECODE
     assert t.lookup("mm", bf, "nt", False, 2, 4096, 4096) is None
     assert t.lookup("mm", bf, "nt", False, 4, 4096, 4096) is None
     assert t.lookup("mm", bf, "nt", False, 4096, 4096, 4096) == BIG
-    (won,) = [e for e in t.entries if e.m == 1]
-    assert won.source == "bench" and won.us == 10.0
+    assert t.lookup("mm", bf, "nt", True, 1, 4096, 4096) == DECODE  # F.linear with bias: same tile
+    won = [e for e in t.entries if e.m == 1]
+    assert [e.bias for e in won] == [False, True] and all(e.source == "bench" and e.us == 10.0 for e in won)
+
+
+def test_bench_mm_reads_a_recorded_shapes_spec(tmp_path):
+    """What TORCH_FLYDSL_RECORD_SHAPES wrote in a vLLM run is bench mm's --shapes input: the bf16
+    NT shapes, once each (bias or not); other suites refuse it with the reason."""
+    import subprocess
+    import sys
+
+    from torch_flydsl.deploy.spec import Shape, write_shapes
+
+    spec = write_shapes(tmp_path / "rec.json", [Shape("mm", "bfloat16", "nt", True, 16, 4096, 4096),
+                                                Shape("mm", "bfloat16", "nt", False, 16, 4096, 4096),
+                                                Shape("mm", "float16", "nt", False, 8, 512, 512),
+                                                Shape("mm", "bfloat16", "nt", False, 64, 1024, 4096)])
+    r = subprocess.run([sys.executable, "-m", "torch_flydsl", "bench", "mm", "--shapes", str(spec),
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "2 shapes" in r.stdout and "16x4096x4096" in r.stdout and "64x1024x4096" in r.stdout, r.stdout
+    r = subprocess.run([sys.executable, "-m", "torch_flydsl", "bench", "topk", "--shapes", str(spec)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "for mm only" in r.stderr, r.stderr

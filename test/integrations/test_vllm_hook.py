@@ -229,7 +229,8 @@ def test_knob_unset_the_dispatcher_calls_vllms_own_impl(seam, env, tmp_path):
     assert not hook.installed()
     codes = assert_vllm_served(seam, *operands())
     assert not ours_ran(codes)
-    assert hook.FINGERPRINT_KEY not in seam.envs.compile_factors()
+    # the compile-cache key still follows the plugin (Inductor-lowered FLYDSL graphs need it)
+    assert "TORCH_FLYDSL_VLLM=0" in seam.envs.compile_factors()[hook.FINGERPRINT_KEY]
 
 
 # -- knob on, the table names the shape: our kernel ----------------------------------------------
@@ -404,3 +405,19 @@ def test_the_fingerprint_enters_vllms_compile_cache_key(seam, env, tmp_path):
         assert hash_factors(seam.envs.compile_factors()) != before  # vLLM's own env hash moves
     hook._uninstall()
     assert hook.FINGERPRINT_KEY not in seam.envs.compile_factors()
+
+
+def test_reference_standin_plumbing_record_shapes_notes_every_linear_call_hit_or_miss(seam, env, tmp_path):
+    """TORCH_FLYDSL_RECORD_SHAPES: vLLM's linear calls are recorded (to build a precompile spec
+    and a table from a real run), a table miss included; vLLM still serves the miss."""
+    from torch_flydsl.deploy import record
+    from torch_flydsl.deploy.spec import Shape
+
+    env.setattr(record, "_process", None)
+    env.setenv("TORCH_FLYDSL_RECORD_SHAPES", str(tmp_path / "shapes.json"))
+    reroute_on(env, tmp_path, "reference-standin", (M, False))
+    seam.op(*operands(lead=(2, M // 2)))  # a hit: [2, M/2, K] -> M rows
+    assert_vllm_served(seam, *operands(m=M + 3, bias=True))  # a miss
+    assert record._process.shapes == {Shape("mm", "bfloat16", "nt", False, M, N, K): 1,
+                                      Shape("mm", "bfloat16", "nt", True, M + 3, N, K): 1}
+    record._process.shapes.clear()  # nothing for the at-exit save of this test process

@@ -99,7 +99,34 @@ def shapes_for(suite, spec: str) -> list:
         return suite.seed()
     from .shapes import load
 
-    return load(spec, suite.fields)
+    recorded = _recorded_mm_shapes(suite, Path(spec))
+    return recorded if recorded is not None else load(spec, suite.fields)
+
+
+def _recorded_mm_shapes(suite, path: Path):
+    """The mm suite's shapes (bf16 ``x @ W.T``, M, N, K) of a precompile shapes spec, e.g. what
+    ``TORCH_FLYDSL_RECORD_SHAPES`` recorded in a vLLM run; None when ``path`` is not one."""
+    import json
+
+    from ..deploy.spec import SHAPES_FORMAT, SpecError, load
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != SHAPES_FORMAT:
+        return None
+    if suite.op != "mm":
+        raise BenchError(f"{path} is a precompile shapes spec; bench reads those for mm only")
+    try:
+        shapes = [w.shape for w in load(path).work]
+    except SpecError as e:
+        raise BenchError(str(e)) from None
+    mnk = list(dict.fromkeys((s.m, s.n, s.k) for s in shapes
+                             if s.op == "mm" and s.dtype == "bfloat16" and s.layout == "nt"))
+    if not mnk:
+        raise BenchError(f"{path} holds no bf16 x @ W.T (mm, layout nt) shape, which is what bench mm times")
+    return [{"M": m, "N": n, "K": k} for m, n, k in mnk]
 
 
 def options_for(suite, args, intree: bool):
@@ -240,7 +267,8 @@ def write_table(rows: list, path: Path) -> str:
     entries = dispatch_entries(rows)
     old = dt.load(path) if path.is_file() else dt.DispatchTable()
     old.merged(entries).save(path)
-    return f"{len(entries)} of {len(rows)} shape(s) won by FlyDSL written to the dispatch table {path}"
+    won = len({(e.m, e.n, e.k) for e in entries})
+    return f"{won} of {len(rows)} shape(s) won by FlyDSL written to the dispatch table {path} (with and without bias)"
 
 
 def run(args) -> int:

@@ -110,6 +110,16 @@ _process: Optional[Recorder] = None
 _process_lock = threading.Lock()
 
 
+_KEY = os.fsencode(ENV)
+
+
+def recording() -> bool:
+    """Whether ``TORCH_FLYDSL_RECORD_SHAPES`` is set (~50 ns: read from os.environ's own map)."""
+    from ..dispatch_table import _ENV_DATA
+
+    return bool(_ENV_DATA.get(_KEY) if _ENV_DATA is not None else os.environ.get(ENV))
+
+
 def note_from_env(a, b, bias=None) -> None:
     """Record one GEMM shape when ``TORCH_FLYDSL_RECORD_SHAPES`` is set (cheap no-op otherwise)."""
     path = os.environ.get(ENV)

@@ -59,14 +59,15 @@ vLLM 0.33 names its compile cache ``VLLM_CACHE_ROOT/torch_compile_cache/<hash>``
 portable config and the torch key). ``compile_factors()`` evaluates every getter in the
 public ``vllm.envs.environment_variables`` dict (minus a fixed ignore list) and is used by both
 the regular and the AOT path; it is the one factor a plugin can extend without patching vLLM.
-``install`` adds one entry, ``TORCH_FLYDSL_FINGERPRINT``, whose getter returns
+``install_fingerprint`` adds one entry, ``TORCH_FLYDSL_FINGERPRINT``, whose getter returns
 ``fingerprint()``: plugin version, flydsl version and kernel versions, the parsed
 ``config.cache_key_knobs()``, the SHA-256 of the dispatch table file's content and
 ``TORCH_FLYDSL_VLLM``. A change to any of them gives a new cache directory; vLLM records the
 value in that directory's ``cache_key_factors.json``. (The re-route itself is decided at run
 time inside the opaque op, so a cached graph never embeds it; the key matters for graphs that
 Inductor lowered with FLYDSL among its GEMM backends, which call ``torch.ops.torch_flydsl.*``.)
-The entry is there only while the re-route is installed, i.e. with ``TORCH_FLYDSL_VLLM=1``.
+The entry is added whenever vLLM loads the plugin (``vllm_register``), with or without the
+re-route: Inductor-lowered FLYDSL graphs need it either way.
 A vLLM whose ``envs`` has no ``compile_factors`` gets a warning naming the directory to clear.
 """
 
@@ -97,6 +98,7 @@ _PROBE_KEYS = ("CUDA", "CPU", "XPU", "PrivateUse1")
 
 _lock = threading.Lock()
 _armed = False
+_fingerprint_armed = False
 _said: set = set()
 
 
@@ -119,20 +121,34 @@ def enabled() -> bool:
     return env_flag(KNOB, False)
 
 
+def install_fingerprint() -> None:
+    """Add the plugin's fingerprint to vLLM's compile-cache key (idempotent). Done whenever vLLM
+    loads the plugin, re-route or not: a graph Inductor lowered with FLYDSL among its GEMM
+    backends calls ``torch.ops.torch_flydsl.*`` and must not be reused across plugin changes."""
+    global _fingerprint_armed
+    with _lock:
+        if _fingerprint_armed:
+            return
+        _fingerprint_armed = True
+    from .. import _import_hook
+
+    _import_hook.when_imported(ENVS_MODULE, lambda: _guarded(
+        _register_fingerprint, "compile-cache fingerprint not added"))
+
+
 def install() -> bool:
-    """Arm the re-route and the cache-key fingerprint when ``TORCH_FLYDSL_VLLM`` is on.
+    """Arm the re-route (and the cache-key fingerprint) when ``TORCH_FLYDSL_VLLM`` is on.
     Idempotent. Returns whether it is armed. Never raises for a vLLM it cannot hook: it logs."""
     global _armed
     if not enabled():
         return False
+    install_fingerprint()
     with _lock:
         if _armed:
             return True
         _armed = True
     from .. import _import_hook
 
-    _import_hook.when_imported(ENVS_MODULE, lambda: _guarded(
-        _register_fingerprint, "compile-cache fingerprint not added"))
     _import_hook.when_imported(UTILS_MODULE, lambda: _guarded(
         _reroute, f"{QUALNAME} not re-routed, vLLM's own kernel serves every call"))
     return True
@@ -195,12 +211,12 @@ def _reroute() -> None:
 
 def _uninstall() -> None:
     """Give every re-routed key back to vLLM's kernel and drop the fingerprint (tests)."""
-    global _armed
+    global _armed, _fingerprint_armed
     with _lock:
         for route in _routes.values():
             route.library._destroy()
         _routes.clear()
-        _armed = False
+        _armed = _fingerprint_armed = False
     envs = sys.modules.get(ENVS_MODULE)
     table = getattr(envs, "environment_variables", None)
     if isinstance(table, dict):
@@ -212,6 +228,7 @@ def _make_wrapper(original: Callable) -> Callable:
     import torch
 
     from .. import dispatch_table, ops
+    from ..deploy.record import note_from_env, recording
     from ..registry import family_for
 
     family = family_for("mm")
@@ -225,6 +242,8 @@ def _make_wrapper(original: Callable) -> Callable:
         dtype = x.dtype
         if dtype not in half:
             return None, "dtype is not bf16/fp16"
+        if recording():
+            note_from_env(x.reshape(-1, x.shape[-1]), weight.t(), bias)
         table = active()
         if not table.entries:
             return None, "no dispatch table (TORCH_FLYDSL_DISPATCH_TABLE)"
