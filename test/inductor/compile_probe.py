@@ -180,8 +180,9 @@ def main(opts):
     else:
         fn, args, reference = dense_case(op, m, n, k, opts)
     if opts.get("epilogue") == "relu":  # a pointwise consumer Triton templates can fuse
-        inner = fn
+        inner, inner_reference = fn, reference
         fn = lambda *xs: torch.relu(inner(*xs)) * 2.0  # noqa: E731
+        reference = lambda *xs: torch.relu(inner_reference(*xs)) * 2.0  # noqa: E731
 
     with ic.patch(max_autotune=True, max_autotune_gemm_backends=opts.get("backends", "ATEN,FLYDSL"),
                   fx_graph_cache=True, autotune_local_cache=True):
