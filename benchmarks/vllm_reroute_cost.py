@@ -8,7 +8,8 @@ tensor, so the numbers are the wrapper's own cost:
   exactly as the hook does it (``Library(ns, "IMPL").impl(..., allow_override=True)``), minus
   the same op with only the impl registered.
 
-Misses measured: no dispatch table set; a table that does not name the shape (a real server's
+Also the dispatch table's own cost: ``active()`` plus ``lookup`` of a listed shape. Misses
+measured: no dispatch table set; a table that does not name the shape (a real server's
 common miss); an fp32 input (rejected before the table is read). Median of ``--repeat`` runs of
 ``--number`` calls each, in microseconds per call.
 
@@ -89,6 +90,11 @@ def main() -> None:
         routed = per_call_us(op, operands, args.number, args.repeat) - baseline_op
         rows.append((name, direct, routed))
 
+    os.environ[dispatch_table.ENV] = str(table)
+    dispatch_table.reload()
+    lookup = per_call_us(lambda: dispatch_table.active().lookup("mm", torch.bfloat16, "nt", False, 16, n, k), (),
+                         args.number, args.repeat)
+    print(f"dispatch table: active() + lookup of a listed shape {lookup:.2f} us per call (budget 2 us)")
     print(f"torch {torch.__version__}, {m}x{n}x{k} bf16; bare impl {baseline_direct:.2f} us, "
           f"through the dispatcher {baseline_op:.2f} us")
     print(f"{'miss':<22}{'wrapper, direct (us)':>22}{'via dispatcher (us)':>22}")

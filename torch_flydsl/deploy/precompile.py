@@ -92,6 +92,12 @@ def precompile(spec: Spec, cache_dir: Path, jobs: int = 1, rocm_path: Optional[s
     info = flydsl_info()
     if not info.usable:
         raise CompileError(info.reason or "flydsl unusable")
+    try:
+        from flydsl.compiler.jit_function import _disk_cache_key  # noqa: F401
+    except ImportError:
+        raise CompileError(f"flydsl {info.version} does not expose its disk-cache keys "
+                           "(flydsl.compiler.jit_function._disk_cache_key), so precompile cannot tell which binary "
+                           "a kernel is; it needs flydsl 0.5 (the release it is tested with)") from None
     cache_dir = Path(cache_dir).expanduser().resolve()
     cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     flydsl_dir = cache_dir / "flydsl"
