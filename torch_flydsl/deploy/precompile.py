@@ -141,10 +141,24 @@ def precompile(spec: Spec, cache_dir: Path, jobs: int = 1, rocm_path: Optional[s
     return units, declined, path
 
 
-def _run(jobs_args: list, jobs: int, progress: bool) -> list:
-    from tqdm import tqdm
+class _NoBar:
+    def set_postfix_str(self, *a, **k) -> None:
+        pass
 
-    bar = tqdm(total=len(jobs_args), desc="precompile", unit="kernel", disable=not progress or not jobs_args)
+    def update(self, *a, **k) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _run(jobs_args: list, jobs: int, progress: bool) -> list:
+    if progress and jobs_args:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs_args), desc="precompile", unit="kernel")
+    else:
+        bar = _NoBar()
     results: list = [None] * len(jobs_args)
     try:
         if jobs <= 1 or len(jobs_args) <= 1:
