@@ -339,7 +339,7 @@ def _table_digest() -> str:
 
 
 def fingerprint() -> str:
-    """What enters vLLM's compile-cache key while the re-route is installed: everything of the
+    """What enters vLLM's compile-cache key (whenever vLLM loads the plugin): everything of the
     plugin that changes what compiled or re-routed code runs. Stable across processes."""
     try:
         from .. import config
