@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from deploykit import needs_disk_cache_keys
 from torch_flydsl.runtime import kernel_cache
 
 
@@ -97,6 +98,7 @@ with cache_filling_env(cache):
 
 
 @pytest.mark.compile
+@needs_disk_cache_keys
 def test_a_fresh_process_finds_the_precompiled_binary_for_real_operands_of_any_shape(tmp_path):
     from torch_flydsl.deploy.precompile import precompile
     from torch_flydsl.deploy.spec import load

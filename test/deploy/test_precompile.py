@@ -14,6 +14,8 @@ import pytest
 from torch_flydsl.deploy import manifest as mf
 from torch_flydsl.deploy.spec import SHAPES_FORMAT
 
+from deploykit import needs_disk_cache_keys  # noqa: E402
+
 pytestmark = pytest.mark.compile
 
 PROBE = Path(__file__).parent.parent / "inductor" / "compile_probe.py"
@@ -44,6 +46,7 @@ def binaries(cache):
     return {str(p): p.stat().st_mtime_ns for p in (cache / "flydsl").rglob("*.pkl")}
 
 
+@needs_disk_cache_keys
 def test_ten_shapes_compile_each_kernel_once_then_nothing(tmp_path):
     spec, cache = shapes_spec(tmp_path / "spec.json"), tmp_path / "cache"
     first = cli("precompile", "--spec", str(spec), "--cache-dir", str(cache), "--jobs", "2")
@@ -66,6 +69,7 @@ def test_ten_shapes_compile_each_kernel_once_then_nothing(tmp_path):
     assert binaries(cache) == before
 
 
+@needs_disk_cache_keys
 def test_a_dispatch_table_spec_builds_its_configs_and_lands_in_the_cache(tmp_path):
     from torch_flydsl import dispatch_table as dt
 
@@ -100,6 +104,7 @@ def explain_json(cache, run_only=True):
     return json.loads(r.stdout)
 
 
+@needs_disk_cache_keys
 def test_run_only_declines_on_an_empty_cache_and_offers_from_a_filled_one(tmp_path):
     cache = tmp_path / "cache"
     empty = explain_json(cache)
@@ -116,6 +121,7 @@ def test_run_only_declines_on_an_empty_cache_and_offers_from_a_filled_one(tmp_pa
     assert binaries(cache) == before
 
 
+@needs_disk_cache_keys
 def test_run_only_declines_a_kernel_the_cache_lacks_and_a_foreign_toolchain(tmp_path):
     cache = tmp_path / "cache"
     spec = tmp_path / "one.json"
@@ -143,6 +149,7 @@ def probe(tmp_path, env):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@needs_disk_cache_keys
 def test_inductor_under_run_only_offers_only_precompiled_kernels_plumbing_with_reference_standin(tmp_path):
     """Plumbing (the FlyDSL choice runs the float64 stand-in): which choices Inductor gets."""
     cache = tmp_path / "cache"
@@ -157,6 +164,7 @@ def test_inductor_under_run_only_offers_only_precompiled_kernels_plumbing_with_r
     assert any("torch_flydsl.dense_mm_out" in c for c in filled["calls"]), filled["calls"]
 
 
+@needs_disk_cache_keys
 def test_mx_and_grouped_shapes_precompile_and_run_only_offers_them(tmp_path):
     spec = tmp_path / "moe.json"
     spec.write_text(json.dumps({"format": SHAPES_FORMAT, "version": 1, "breadth": "baseline", "shapes": [
