@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+from ..dispatch_table import _ENV_DATA
 from .spec import Shape, SpecError, write_shapes
 
 ENV = "TORCH_FLYDSL_RECORD_SHAPES"
@@ -114,9 +115,8 @@ _KEY = os.fsencode(ENV)
 
 
 def recording() -> bool:
-    """Whether ``TORCH_FLYDSL_RECORD_SHAPES`` is set (~50 ns: read from os.environ's own map)."""
-    from ..dispatch_table import _ENV_DATA
-
+    """Whether ``TORCH_FLYDSL_RECORD_SHAPES`` is set (~50 ns: read from os.environ's own map;
+    it runs on every call of the vLLM re-route)."""
     return bool(_ENV_DATA.get(_KEY) if _ENV_DATA is not None else os.environ.get(ENV))
 
 
