@@ -35,7 +35,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 TESTS=(test/test_autoload.py test/test_coexistence.py test/test_ops.py test/test_eager.py test/inductor
-       test/deploy/test_dispatch_table.py test/deploy/test_record.py test/deploy/test_no_compile_at_run_time.py
+       test/deploy/test_dispatch_table.py test/deploy/test_record.py test/deploy/test_no_compile_at_run_time.py test/deploy/test_winners.py
        test/integrations)
 DEFAULT_SPECS=(2.11.0 2.12.1 2.13.0 2.14.1 2.15.0)
 FLYDSL_VERSION=${FLYDSL_VERSION:-0.5.0}

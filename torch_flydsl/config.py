@@ -69,6 +69,7 @@ KNOBS = (
     Knob("TORCH_FLYDSL_CACHE_DIR", "", "Directory of the plugin's deployment cache: `precompile` writes gfx950 binaries (flydsl/) and their manifest.json there, and a run reads them (and dispatch_table.json) from there. Unset: under Inductor's cache dir (TORCHINDUCTOR_CACHE_DIR)/torch_flydsl."),
     Knob("TORCH_FLYDSL_RUN_ONLY", "0", "1 (or true/yes/on): never compile a FlyDSL kernel at run time. Inductor offers only configs the cache's manifest.json lists; an eager or vLLM call whose kernel is missing keeps PyTorch's (vLLM's) path, with the reason at debug level."),
     Knob("TORCH_FLYDSL_RECORD_SHAPES", "", "FILE: record every GEMM shape that reaches the plugin (Inductor nodes offered FlyDSL, vLLM re-route calls) and merge them into FILE, a `precompile` shapes spec, at process exit."),
+    Knob("TORCH_FLYDSL_RECORD_WINNERS", "", "FILE: every mm/addmm Inductor autotunes in this process where a FlyDSL config wins becomes a dispatch-table entry (source inductor), merged into FILE at exit."),
     Knob("TORCH_FLYDSL_DISPATCH_TABLE", "", "Path of a per-shape dispatch table (JSON; see README \"Precompile for deployment\") that picks the FlyDSL config for callers without Inductor (the vLLM re-route). Unset: $TORCH_FLYDSL_CACHE_DIR/dispatch_table.json when that file exists."),
     Knob(
         "TORCH_FLYDSL_VLLM",

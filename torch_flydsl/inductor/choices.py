@@ -13,6 +13,7 @@ classes are resolved when Inductor first asks the factory for its choices handle
 from __future__ import annotations
 
 import functools
+import os
 import threading
 
 from .._log import log
@@ -103,6 +104,10 @@ def bind_configs(offer, nodes, layout, scalars: dict) -> list:
     from .extern import extern_choice
 
     family, op_name = offer.family, offer.op_name
+    if offer.configs and os.environ.get("TORCH_FLYDSL_RECORD_WINNERS"):
+        from ..deploy.winners import ensure_installed
+
+        ensure_installed()
     choice = extern_choice(family.custom_op_for(op_name).name)
     kwargs = family.impl().call_kwargs(op_name, scalars)
     callers = []

@@ -1,0 +1,99 @@
+"""Write Inductor's own autotuning results into a dispatch table (``source: inductor``).
+
+With ``TORCH_FLYDSL_RECORD_WINNERS=FILE``, every mm/addmm that Inductor autotunes in this
+process with a FlyDSL choice among its candidates, and where a FlyDSL config wins, becomes a
+table entry (the shape, the winning config and its benchmarked time); at exit the entries are
+merged into ``FILE`` under a file lock (a later entry for the same shape replaces an older one).
+Run the model under ``torch.compile(mode="max-autotune")`` with FLYDSL among the GEMM backends
+on the MI350; the table then serves callers that do not autotune (the vLLM re-route).
+
+Only autotuning that runs is seen: a warm autotune cache benchmarks nothing (use a fresh
+``TORCHINDUCTOR_CACHE_DIR``). The seam is Inductor's public ``add_feedback_saver``, called after
+each benchmark with the timings of every choice; nothing here can fail a compile.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import Optional
+
+ENV = "TORCH_FLYDSL_RECORD_WINNERS"
+_lock = threading.Lock()
+_installed_for: Optional[str] = None
+_entries: dict = {}  # (dtype, layout, bias, m, n, k) -> Entry
+
+
+def ensure_installed() -> None:
+    """Register the feedback saver once per process when ``TORCH_FLYDSL_RECORD_WINNERS`` is set
+    (called when FlyDSL choices are offered: select_algorithm is loaded by then)."""
+    global _installed_for
+    path = os.environ.get(ENV)
+    if not path or _installed_for is not None:
+        return
+    with _lock:
+        if _installed_for is not None:
+            return
+        from torch._inductor import select_algorithm
+
+        select_algorithm.add_feedback_saver(_feedback)
+        atexit.register(_save, path)
+        _installed_for = path
+
+
+def _feedback(timings, name, input_nodes, *rest) -> None:
+    """Inductor's feedback hook: (timings by choice, op name, input nodes, ...); the rest of
+    its arguments differ between torch releases and are not read."""
+    try:
+        _note(timings, name, input_nodes)
+    except Exception:  # noqa: BLE001 - recording must never disturb a compile
+        pass
+
+
+def _note(timings: dict, name: str, input_nodes) -> None:
+    from ..dispatch_table import Entry
+    from ..inductor.offer import tensor_meta
+    from .record import shape_of
+
+    if name not in ("mm", "addmm") or not timings:
+        return
+    finite = {c: t for c, t in timings.items() if t == t and t != float("inf")}
+    if not finite:
+        return
+    best = min(finite, key=finite.get)
+    description = getattr(best, "description", "") or ""
+    if not description.startswith("FlyDSL "):
+        return  # another choice won: the table keeps that shape on the caller's own path
+    metas = [tensor_meta(n) for n in input_nodes]
+    if any(m is None for m in metas):
+        return  # symbolic sizes: a table names static shapes
+    a, b, bias = (metas[0], metas[1], None) if name == "mm" else (metas[1], metas[2], metas[0])
+    shape = shape_of(a, b, bias)
+    if shape is None:
+        return
+    entry = Entry("mm", shape.dtype, shape.layout, shape.bias, shape.m, shape.n, shape.k,
+                  description.split()[1], "inductor", round(finite[best] * 1e3, 3))
+    with _lock:
+        _entries[(shape.dtype, shape.layout, shape.bias, shape.m, shape.n, shape.k)] = entry
+
+
+def _save(path: str) -> None:
+    try:
+        if not _entries:
+            return
+        import fcntl
+        from pathlib import Path
+
+        from .. import dispatch_table as dt
+
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.with_name(target.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            old = dt.load(target) if target.is_file() and target.stat().st_size else dt.DispatchTable()
+            old.merged(list(_entries.values())).save(target)
+    except Exception as e:  # noqa: BLE001
+        from torch_flydsl_boot import warn_once
+
+        warn_once(f"{ENV}-save", f"{ENV}={path}: could not write Inductor's FlyDSL winners ({type(e).__name__}: {e})")
