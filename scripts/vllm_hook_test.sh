@@ -16,10 +16,11 @@ VLLM=${1:-vllm==0.33.0}
 [ "${1:-}" = "--" ] && shift
 VENV=.venv-vllm
 PY=$VENV/bin/python
-# What vLLM 0.33's import chain of vllm.model_executor.layers.utils reads (found by importing it).
+# What vLLM 0.33's import chains of vllm.model_executor.layers.utils and .kernels.linear read
+# (found by importing them).
 DEPS=(packaging psutil pyzmq urllib3 regex numpy requests pydantic cbor2 transformers aiohttp openai-harmony
       openai pillow pybase64 cachetools msgspec cloudpickle uvloop py-cpuinfo prometheus_client xgrammar fastapi
-      partial-json-parser llguidance)
+      partial-json-parser llguidance einops)
 
 if [ ! -x "$PY" ]; then
   python3 -m venv "$VENV"
@@ -32,9 +33,16 @@ if ! "$PY" -c "import importlib.metadata as m; assert m.version('vllm').startswi
 fi
 "$PY" -m pip install -q "${DEPS[@]}"
 "$PY" -m pip install -q -e ".[test]"
-VLLM_TARGET_DEVICE=cpu "$PY" -c "import vllm.model_executor.layers.utils" >/dev/null 2>&1 || {
-  echo "vllm.model_executor.layers.utils does not import in $VENV:" >&2
-  VLLM_TARGET_DEVICE=cpu "$PY" -c "import vllm.model_executor.layers.utils" 2>&1 | tail -5 >&2
-  exit 1
-}
+# vLLM's CUDA wheel pins NVIDIA's CUTLASS DSL; its MLIR bindings and FlyDSL's register the same
+# nanobind enum, and whichever loads second aborts the process. ROCm builds of vLLM do not ship
+# it; take it out of this CPU test venv (vLLM imports its cute_dsl kernels only when present).
+"$PY" -m pip uninstall -y -q nvidia-cutlass-dsl nvidia-cutlass-dsl-libs-base nvidia-cutlass-dsl-libs-core \
+  nvidia-cutlass-dsl-libs-cu12 nvidia-cutlass-dsl-libs-cu13 2>/dev/null || true
+for module in vllm.model_executor.layers.utils vllm.model_executor.kernels.linear; do
+  VLLM_TARGET_DEVICE=cpu "$PY" -c "import $module" >/dev/null 2>&1 || {
+    echo "$module does not import in $VENV:" >&2
+    VLLM_TARGET_DEVICE=cpu "$PY" -c "import $module" 2>&1 | tail -5 >&2
+    exit 1
+  }
+done
 exec "$PY" -m pytest -q -p no:cacheprovider test/integrations/ "$@"

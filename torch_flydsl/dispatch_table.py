@@ -14,9 +14,13 @@ A small, versioned, human-readable JSON file::
       ]
     }
 
-- ``op``: ``mm`` (dense GEMM; ``bias: true`` is the addmm / ``F.linear`` with bias case).
+- ``op``: ``mm`` (dense GEMM; ``bias: true`` is the addmm / ``F.linear`` with bias case), or
+  ``scaled_mm`` (the MX scaled GEMM: an MXFP8 / MXFP4 linear layer, ``x_q @ W_q.T`` with E8M0
+  block scales; bf16 or fp16 output, the same config for both).
+- ``dtype``: ``mm``: ``bfloat16`` or ``float16``; ``scaled_mm``: the MX format of activations x
+  weights, ``mxfp8`` (e4m3 x e4m3), ``mxfp8-e5m2``, ``mxfp4`` (e2m1 x e2m1) or ``w4a8``.
 - ``layout``: BLAS-style, first letter A then B, ``n`` row-major, ``t`` column-major: ``nt`` is
-  ``x @ W.T`` with ``W`` stored ``[N, K]`` (every ``nn.Linear``).
+  ``x @ W.T`` with ``W`` stored ``[N, K]`` (every ``nn.Linear``; the only layout of ``scaled_mm``).
 - ``m``: one M, or ``[lo, hi]`` for every M in that inclusive range (exact entries win).
 - ``config``: the family's config key (``python -m torch_flydsl explain mm M N K`` lists them).
 - ``source`` (``hand``, ``bench``, ``inductor``, ``record``) and ``us`` are informative.
@@ -38,9 +42,10 @@ from typing import Iterable, Optional, Union
 
 FORMAT = "torch-flydsl-dispatch-table"
 VERSION = 1
-OPS = ("mm",)
+OPS = ("mm", "scaled_mm")
 LAYOUTS = ("nn", "nt", "tn", "tt")
 DTYPES = ("bfloat16", "float16")
+MX_DTYPES = ("mxfp8", "mxfp8-e5m2", "mxfp4", "w4a8")  # scaled_mm: the scaled family's format names
 SOURCES = ("hand", "bench", "inductor", "record", "precompile")
 ENV = "TORCH_FLYDSL_DISPATCH_TABLE"
 
@@ -74,18 +79,29 @@ class Entry:
         return self.m if isinstance(self.m, tuple) else (self.m, self.m)
 
 
-def _torch_dtype(name: str):
+def _key_dtype(op: str, name: str):
+    """What a lookup passes as ``dtype``: a ``torch.dtype`` for ``mm``, the format name for
+    ``scaled_mm``."""
+    if op != "mm":
+        return name
     import torch
 
     return getattr(torch, name)
 
 
+def _op_dtypes(op: str) -> tuple:
+    return DTYPES if op == "mm" else MX_DTYPES
+
+
 def _check_config(op: str, key: str) -> Optional[str]:
     """Why ``key`` is not a config of ``op``'s family (None: it is)."""
-    from .templates.dense_gemm.config import DenseGemmConfig
+    if op == "mm":
+        from .templates.dense_gemm.config import DenseGemmConfig as Config
+    else:
+        from .templates.scaled_gemm.config import ScaledGemmConfig as Config
 
     try:
-        cfg = DenseGemmConfig.from_key(key)
+        cfg = Config.from_key(key)
     except ValueError as e:
         return str(e)
     problems = cfg.static_problems()
@@ -105,10 +121,11 @@ def _entry(raw, where: str) -> Entry:
     op, dtype, layout = raw["op"], raw["dtype"], raw.get("layout", "nt")
     if op not in OPS:
         raise TableError(f"{where}: op {op!r} is not one of {', '.join(OPS)}")
-    if dtype not in DTYPES:
-        raise TableError(f"{where}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if layout not in LAYOUTS:
-        raise TableError(f"{where}: layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+    if dtype not in _op_dtypes(op):
+        raise TableError(f"{where}: dtype {dtype!r} is not one of {', '.join(_op_dtypes(op))} (op {op})")
+    layouts = LAYOUTS if op == "mm" else ("nt",)
+    if layout not in layouts:
+        raise TableError(f"{where}: layout {layout!r} is not one of {', '.join(layouts)} (op {op})")
     bias = raw.get("bias", False)
     if not isinstance(bias, bool):
         raise TableError(f"{where}: bias must be true or false, got {bias!r}")
@@ -143,8 +160,10 @@ class DispatchTable:
         self.entries: tuple[Entry, ...] = tuple(entries)
         exact: dict = {}
         ranges: dict = {}
+        weights: set = set()
         for e in self.entries:
-            head = (e.op, _torch_dtype(e.dtype), e.layout, e.bias)
+            head = (e.op, _key_dtype(e.op, e.dtype), e.layout, e.bias)
+            weights.add((e.op, head[1], e.n, e.k))
             if isinstance(e.m, tuple):
                 ranges.setdefault(head + (e.n, e.k), []).append((e.m[0], e.m[1], e.config))
             else:
@@ -156,12 +175,19 @@ class DispatchTable:
                 exact[key] = e.config
         self._exact = exact
         self._ranges = {k: tuple(sorted(v)) for k, v in ranges.items()}
+        self._weights = frozenset(weights)
 
     def __len__(self) -> int:
         return len(self.entries)
 
+    def names_weight(self, op: str, dtype, n: int, k: int) -> bool:
+        """Whether any entry (any M, bias or not) is for an ``[N, K]`` weight of ``op`` and
+        ``dtype``: what a caller that decides once per layer, before M is known, asks."""
+        return (op, dtype, n, k) in self._weights
+
     def lookup(self, op: str, dtype, layout: str, bias: bool, m: int, n: int, k: int) -> Optional[str]:
-        """The config key for this GEMM (``dtype`` a ``torch.dtype``), or None."""
+        """The config key for this GEMM, or None. ``dtype``: a ``torch.dtype`` for ``mm``, the
+        MX format name (``"mxfp8"``, ...) for ``scaled_mm``."""
         hit = self._exact.get((op, dtype, layout, bias, m, n, k))
         if hit is not None or not self._ranges:
             return hit

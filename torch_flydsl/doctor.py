@@ -91,7 +91,12 @@ def _dispatch_table() -> str:
     where = dt._path_for(dt._settings())
     if where is None:
         return "none (TORCH_FLYDSL_DISPATCH_TABLE)"
-    return f"{where}: {len(table)} entries" + ("" if len(table) else " (unusable: see the warning above)")
+    if not len(table):
+        return f"{where}: 0 entries (unusable: see the warning above)"
+    ops = {}
+    for e in table.entries:
+        ops[e.op] = ops.get(e.op, 0) + 1
+    return f"{where}: {len(table)} entries (" + ", ".join(f"{n} {op}" for op, n in ops.items()) + ")"
 
 
 def rows() -> list[tuple[str, str]]:

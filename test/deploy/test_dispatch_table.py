@@ -195,22 +195,115 @@ def test_the_mm_bench_writes_its_wins_into_a_dispatch_table(tmp_path):
     assert [e.bias for e in won] == [False, True] and all(e.source == "bench" and e.us == 10.0 for e in won)
 
 
-def test_bench_mm_reads_a_recorded_shapes_spec(tmp_path):
-    """What TORCH_FLYDSL_RECORD_SHAPES wrote in a vLLM run is bench mm's --shapes input: the bf16
-    NT shapes, once each (bias or not); other suites refuse it with the reason."""
+def bench(*args):
     import subprocess
     import sys
 
+    return subprocess.run([sys.executable, "-m", "torch_flydsl", "bench", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_bench_mm_reads_a_recorded_shapes_spec(tmp_path):
+    """What TORCH_FLYDSL_RECORD_SHAPES wrote in a vLLM run is bench mm's --shapes input: the bf16
+    NT shapes, once each (bias or not); other suites refuse it with the reason."""
     from torch_flydsl.deploy.spec import Shape, write_shapes
 
     spec = write_shapes(tmp_path / "rec.json", [Shape("mm", "bfloat16", "nt", True, 16, 4096, 4096),
                                                 Shape("mm", "bfloat16", "nt", False, 16, 4096, 4096),
                                                 Shape("mm", "float16", "nt", False, 8, 512, 512),
                                                 Shape("mm", "bfloat16", "nt", False, 64, 1024, 4096)])
-    r = subprocess.run([sys.executable, "-m", "torch_flydsl", "bench", "mm", "--shapes", str(spec),
-                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
+    r = bench("mm", "--shapes", str(spec), "--out", str(tmp_path / "o"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "2 shapes" in r.stdout and "16x4096x4096" in r.stdout and "64x1024x4096" in r.stdout, r.stdout
-    r = subprocess.run([sys.executable, "-m", "torch_flydsl", "bench", "topk", "--shapes", str(spec)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and "for mm only" in r.stderr, r.stderr
+    r = bench("topk", "--shapes", str(spec))
+    assert r.returncode == 2 and "for mm and scaled_mm only" in r.stderr, r.stderr
+    r = bench("scaled_mm", "--shapes", str(spec))
+    assert r.returncode == 2 and "holds no MX scaled_mm shape" in r.stderr, r.stderr
+
+
+def test_bench_scaled_mm_reads_the_mxfp8_shapes_a_vllm_run_recorded(tmp_path):
+    """The MXFP8 re-route records ``scaled_mm`` shapes; bench scaled_mm plans exactly those
+    (format, M, N, K; bias or not once), and bench mm finds none of its own there."""
+    from torch_flydsl.deploy.record import scaled_shape
+    from torch_flydsl.deploy.spec import write_shapes
+
+    spec = write_shapes(tmp_path / "rec.json", [scaled_shape("mxfp8", torch.bfloat16, False, 32, 64, 256),
+                                                scaled_shape("mxfp8", torch.bfloat16, True, 32, 64, 256),
+                                                scaled_shape("mxfp8", torch.bfloat16, False, 256, 4096, 4096)])
+    r = bench("scaled_mm", "--shapes", str(spec), "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "2 shapes" in r.stdout and "mxfp8 32x64x256" in r.stdout and "mxfp8 256x4096x4096" in r.stdout, r.stdout
+    r = bench("mm", "--shapes", str(spec))
+    assert r.returncode == 2 and "holds no bf16 x @ W.T" in r.stderr, r.stderr
+
+
+MX = "mx_m32n64k256_w1x2_s3_g0"
+
+
+def mx_entry(**kw):
+    return entry(**{"op": "scaled_mm", "dtype": "mxfp8", "m": 32, "n": 64, "k": 256, "config": MX, **kw})
+
+
+def test_scaled_mm_entries_key_on_the_mx_format_and_name_their_weight():
+    t = dt.parse(doc(mx_entry(), mx_entry(m=[64, 128], bias=True), entry()))
+    assert t.lookup("scaled_mm", "mxfp8", "nt", False, 32, 64, 256) == MX
+    assert t.lookup("scaled_mm", "mxfp8", "nt", True, 100, 64, 256) == MX
+    for miss in [("scaled_mm", "mxfp4", "nt", False, 32, 64, 256), ("scaled_mm", "mxfp8", "nt", True, 32, 64, 256),
+                 ("mm", torch.bfloat16, "nt", False, 32, 64, 256), ("scaled_mm", "mxfp8", "nt", False, 33, 64, 256)]:
+        assert t.lookup(*miss) is None, miss
+    # what a caller deciding per layer (before M is known) asks
+    assert t.names_weight("scaled_mm", "mxfp8", 64, 256) and t.names_weight("mm", torch.bfloat16, 4096, 4096)
+    assert not t.names_weight("scaled_mm", "mxfp4", 64, 256) and not t.names_weight("scaled_mm", "mxfp8", 64, 128)
+    assert not t.names_weight("mm", torch.bfloat16, 64, 256)
+    assert dt.parse(t.to_json()).entries == t.entries
+
+
+@pytest.mark.parametrize("bad, says", [
+    (mx_entry(dtype="bfloat16"), "dtype 'bfloat16' is not one of mxfp8, mxfp8-e5m2, mxfp4, w4a8 (op scaled_mm)"),
+    (mx_entry(layout="nn"), "layout 'nn' is not one of nt (op scaled_mm)"),
+    (mx_entry(config=DECODE), "config 'm16n64k128_w1x4_s3_g0_sk4'"),
+    (entry(config=MX), "config 'mx_m32n64k256_w1x2_s3_g0'"),
+    (entry(dtype="mxfp8"), "dtype 'mxfp8' is not one of bfloat16, float16 (op mm)"),
+])
+def test_a_bad_scaled_mm_entry_is_named_with_its_index(bad, says):
+    with pytest.raises(dt.TableError) as e:
+        dt.parse(doc(mx_entry(), bad), "t.json")
+    assert "t.json: entries[1]" in str(e.value) and says in str(e.value), str(e.value)
+
+
+def test_the_scaled_mm_bench_writes_its_wins_into_a_dispatch_table(tmp_path):
+    """``bench scaled_mm --table FILE`` on synthetic timings: a win over the fastest other column
+    by more than 1% is written per format, a tie and a loss are not."""
+    from torch_flydsl.bench.cli import write_table
+
+    def row(fmt, m, ours, aten, triton=None):
+        return {"format": fmt, "M": m, "N": 64, "K": 256, "flydsl_config": MX, "flydsl_ms": ours, "aten_ms": aten,
+                **({"triton_ms": triton} if triton else {})}
+
+    path = dt.parse(doc(entry())).save(tmp_path / "t.json")
+    said = write_table([row("mxfp8", 1, 0.010, 0.0102), row("mxfp4", 1, 0.010, 0.0102, triton=0.0100),
+                        row("mxfp8", 2, 0.010, 0.01009), row("mxfp8", 4, 0.010, 0.009)], path, "scaled_mm")
+    assert said.startswith("1 of 4 shape(s)"), said
+    t = dt.load(path)
+    assert t.lookup("scaled_mm", "mxfp8", "nt", False, 1, 64, 256) == MX
+    assert t.lookup("scaled_mm", "mxfp8", "nt", True, 1, 64, 256) == MX
+    assert t.lookup("scaled_mm", "mxfp4", "nt", False, 1, 64, 256) is None  # Triton ties it
+    assert t.lookup("scaled_mm", "mxfp8", "nt", False, 2, 64, 256) is None
+    assert t.lookup("scaled_mm", "mxfp8", "nt", False, 4, 64, 256) is None
+    assert t.lookup("mm", torch.bfloat16, "nt", False, 16, 4096, 4096) == DECODE  # kept
+
+
+def test_doctor_names_the_table_and_its_entries_per_op(tmp_path, monkeypatch):
+    from torch_flydsl import doctor
+
+    path = dt.parse(doc(entry(), entry(m=64), mx_entry())).save(tmp_path / "t.json")
+    monkeypatch.setenv(dt.ENV, str(path))
+    dt.reload()
+    try:
+        assert doctor._dispatch_table() == f"{path}: 3 entries (2 mm, 1 scaled_mm)"
+        path.write_text("{")
+        dt.reload()
+        assert doctor._dispatch_table().endswith("0 entries (unusable: see the warning above)")
+    finally:
+        monkeypatch.undo()
+        dt.reload()

@@ -87,6 +87,26 @@ def test_a_dispatch_table_spec_builds_its_configs_and_lands_in_the_cache(tmp_pat
     assert dt.load(tmp_path / "c" / dt.FILE_NAME).entries == dt.load(spec).entries
 
 
+@needs_disk_cache_keys
+def test_a_dispatch_table_with_mxfp8_entries_precompiles_the_scaled_kernel(tmp_path):
+    """What the vLLM MXFP8 re-route serves (``scaled_mm`` entries) is built from the same table."""
+    from torch_flydsl import dispatch_table as dt
+
+    table = {"format": dt.FORMAT, "version": 1, "arch": "gfx950", "entries": [
+        {"op": "scaled_mm", "dtype": "mxfp8", "layout": "nt", "bias": False, "m": [1, 32], "n": 64, "k": 256,
+         "config": "mx_m32n64k256_w1x2_s3_g0"},
+        {"op": "scaled_mm", "dtype": "mxfp8", "layout": "nt", "bias": False, "m": [1, 32], "n": 128, "k": 256,
+         "config": "mx_m32n64k256_w1x2_s3_g0"},
+    ]}
+    spec = tmp_path / "table.json"
+    spec.write_text(json.dumps(table))
+    r = cli("precompile", "--spec", str(spec), "--cache-dir", str(tmp_path / "c"), "--quiet")
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert "1 kernel(s) for 2 shape(s): 1 compiled" in r.stdout, r.stdout
+    ids = list(mf.read(tmp_path / "c").kernels)
+    assert len(ids) == 1 and ids[0].startswith("scaled_gemm-") and "/e4m3.e4m3/bfloat16/bias0" in ids[0], ids
+
+
 def test_bad_specs_exit_2_with_the_reason(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": SHAPES_FORMAT, "version": 1, "shapes": [{"op": "mm", "dtype": "int8",

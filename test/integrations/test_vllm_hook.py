@@ -20,13 +20,11 @@ it with the dispatcher). Tests that only check plumbing run the float64 referenc
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
 import subprocess
 import sys
-import textwrap
 import types
 from pathlib import Path
 
@@ -37,66 +35,13 @@ import torch_flydsl_boot
 from torch_flydsl import dispatch_table
 from torch_flydsl.integrations import vllm as hook
 
+from vllmkit import real_vllm as _real_vllm, traced, write_standin, write_table
+
 REPO = Path(__file__).resolve().parents[2]
 HOOK_FILE = hook.__file__.replace(".pyc", ".py")
 CFG = "m32n64k128_w2x2_s3_g0"  # the baseline pick for M=32 N=64 K=128 (explain mm 32 64 128)
 M, N, K = 32, 64, 128
 TOLERANCE = 2e-2  # bf16 output vs float64: a right kernel lands far below, a wrong one far above
-
-STANDIN = {
-    "vllm/__init__.py": '"""Stand-in vllm package for torch_flydsl tests: not vLLM."""\n',
-    "vllm/platforms/__init__.py": textwrap.dedent('''
-        class _CpuPlatform:
-            dispatch_key = "CPU"
-
-        current_platform = _CpuPlatform()
-        '''),
-    "vllm/envs.py": textwrap.dedent('''
-        import os
-
-        environment_variables = {
-            "VLLM_CACHE_ROOT": lambda: os.path.expanduser(os.getenv("VLLM_CACHE_ROOT", "~/.cache/vllm")),
-            "VLLM_BATCH_INVARIANT": lambda: os.getenv("VLLM_BATCH_INVARIANT", "0") == "1",
-        }
-
-        def compile_factors():
-            return {name: get() for name, get in environment_variables.items() if name != "VLLM_CACHE_ROOT"}
-        '''),
-    "vllm/model_executor/__init__.py": "",
-    "vllm/model_executor/layers/__init__.py": "",
-    "vllm/model_executor/layers/utils.py": textwrap.dedent('''
-        import torch
-        from vllm.platforms import current_platform
-
-        _lib = torch.library.Library("vllm", "FRAGMENT")
-
-
-        def rocm_unquantized_gemm_impl(x, weight, bias=None):
-            return torch.nn.functional.linear(x, weight, bias)
-
-
-        def rocm_unquantized_gemm_fake(x, weight, bias=None):
-            return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
-        _lib.define("rocm_unquantized_gemm(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor")
-        _lib.impl("rocm_unquantized_gemm", rocm_unquantized_gemm_impl, current_platform.dispatch_key)
-        _lib._register_fake("rocm_unquantized_gemm", rocm_unquantized_gemm_fake)
-        '''),
-}
-
-
-def _real_vllm() -> bool:
-    return importlib.util.find_spec("vllm") is not None and not getattr(sys.modules.get("vllm"), "_standin", False)
-
-
-def write_standin(root: Path) -> Path:
-    for rel, text in STANDIN.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
-
 
 def _import_real_utils():
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -136,11 +81,8 @@ def seam(request, tmp_path_factory):
 
 
 def table_file(path: Path, *entries) -> str:
-    doc = {"format": dispatch_table.FORMAT, "version": dispatch_table.VERSION, "arch": "gfx950",
-           "entries": [{"op": "mm", "dtype": "bfloat16", "layout": "nt", "bias": bias, "m": m, "n": N, "k": K,
-                        "config": CFG} for m, bias in entries]}
-    path.write_text(json.dumps(doc))
-    return str(path)
+    """A dispatch table naming (mm, bfloat16, N, K, CFG) for each (m, bias) of ``entries``."""
+    return write_table(path, "mm", "bfloat16", N, K, CFG, entries)
 
 
 @pytest.fixture
@@ -174,23 +116,6 @@ def operands(m=M, dtype=torch.bfloat16, bias=False, lead=None):
     w = torch.randn(N, K, generator=g).to(dtype)
     b = torch.randn(N, generator=g).to(dtype) if bias else None
     return x, w, b
-
-
-def traced(fn, *args):
-    """``fn(*args)`` and the code objects of every Python function it ran (the dispatcher calls
-    a kernel registered from Python as a Python function: the profiler sees which one)."""
-    codes = []
-
-    def prof(frame, event, arg):
-        if event == "call":
-            codes.append(frame.f_code)
-
-    sys.setprofile(prof)
-    try:
-        out = fn(*args)
-    finally:
-        sys.setprofile(None)
-    return out, codes
 
 
 def ours_ran(codes) -> bool:

@@ -67,8 +67,8 @@ def add_parser(sub) -> None:
                    help="zero 512 MiB before each timed call (mm then times with events, not CUDA graphs; "
                         "topk: not supported)")
     b.add_argument("--table", default=None, metavar="FILE",
-                   help="mm: merge a dispatch-table entry for every shape FlyDSL wins by more than 1%% into FILE "
-                        "(what TORCH_FLYDSL_DISPATCH_TABLE / the vLLM re-route reads)")
+                   help="mm, scaled_mm: merge a dispatch-table entry for every shape FlyDSL wins by more than "
+                        "1%% into FILE (what TORCH_FLYDSL_DISPATCH_TABLE / the vLLM re-routes read)")
     b.set_defaults(fn=run)
 
 
@@ -99,12 +99,13 @@ def shapes_for(suite, spec: str) -> list:
         return suite.seed()
     from .shapes import load
 
-    recorded = _recorded_mm_shapes(suite, Path(spec))
+    recorded = _recorded_shapes(suite, Path(spec))
     return recorded if recorded is not None else load(spec, suite.fields)
 
 
-def _recorded_mm_shapes(suite, path: Path):
-    """The mm suite's shapes (bf16 ``x @ W.T``, M, N, K) of a precompile shapes spec, e.g. what
+def _recorded_shapes(suite, path: Path):
+    """The mm suite's shapes (bf16 ``x @ W.T``: M, N, K) or the scaled_mm suite's (MX
+    ``scaled_mm``: format, M, N, K) of a precompile shapes spec, e.g. what
     ``TORCH_FLYDSL_RECORD_SHAPES`` recorded in a vLLM run; None when ``path`` is not one."""
     import json
 
@@ -116,17 +117,22 @@ def _recorded_mm_shapes(suite, path: Path):
         return None
     if not isinstance(doc, dict) or doc.get("format") != SHAPES_FORMAT:
         return None
-    if suite.op != "mm":
-        raise BenchError(f"{path} is a precompile shapes spec; bench reads those for mm only")
+    if suite.op not in ("mm", "scaled_mm"):
+        raise BenchError(f"{path} is a precompile shapes spec; bench reads those for mm and scaled_mm only")
     try:
         shapes = [w.shape for w in load(path).work]
     except SpecError as e:
         raise BenchError(str(e)) from None
-    mnk = list(dict.fromkeys((s.m, s.n, s.k) for s in shapes
-                             if s.op == "mm" and s.dtype == "bfloat16" and s.layout == "nt"))
-    if not mnk:
-        raise BenchError(f"{path} holds no bf16 x @ W.T (mm, layout nt) shape, which is what bench mm times")
-    return [{"M": m, "N": n, "K": k} for m, n, k in mnk]
+    if suite.op == "mm":
+        keys = list(dict.fromkeys((s.m, s.n, s.k) for s in shapes
+                                  if s.op == "mm" and s.dtype == "bfloat16" and s.layout == "nt"))
+        if not keys:
+            raise BenchError(f"{path} holds no bf16 x @ W.T (mm, layout nt) shape, which is what bench mm times")
+        return [{"M": m, "N": n, "K": k} for m, n, k in keys]
+    keys = list(dict.fromkeys((s.dtype, s.m, s.n, s.k) for s in shapes if s.op.startswith("scaled_mm")))
+    if not keys:
+        raise BenchError(f"{path} holds no MX scaled_mm shape, which is what bench scaled_mm times")
+    return [{"format": f, "M": m, "N": n, "K": k} for f, m, n, k in keys]
 
 
 def options_for(suite, args, intree: bool):
@@ -259,15 +265,19 @@ def _environment() -> list[str]:
             f"{time.strftime('%Y-%m-%d %H:%M:%S')}"]
 
 
-def write_table(rows: list, path: Path) -> str:
-    """Merge the mm suite's winning shapes into the dispatch table at ``path``."""
-    from .. import dispatch_table as dt
-    from .mm import dispatch_entries
+TABLE_SUITES = {"mm": "torch_flydsl.bench.mm", "scaled_mm": "torch_flydsl.bench.scaled_mm"}
 
-    entries = dispatch_entries(rows)
+
+def write_table(rows: list, path: Path, op: str = "mm") -> str:
+    """Merge a GEMM suite's winning shapes (``TABLE_SUITES``) into the dispatch table at ``path``."""
+    import importlib
+
+    from .. import dispatch_table as dt
+
+    entries = importlib.import_module(TABLE_SUITES[op]).dispatch_entries(rows)
     old = dt.load(path) if path.is_file() else dt.DispatchTable()
     old.merged(entries).save(path)
-    won = len({(e.m, e.n, e.k) for e in entries})
+    won = len({(e.dtype, e.m, e.n, e.k) for e in entries})
     return f"{won} of {len(rows)} shape(s) won by FlyDSL written to the dispatch table {path} (with and without bias)"
 
 
@@ -334,8 +344,8 @@ def _run(args) -> int:
 
         for b in suite.baselines(intree):
             print(f"{suite.op}: {compare(rows, b).line()}")
-        if args.table and suite.op == "mm":
-            print(f"mm: {write_table(rows, Path(args.table))}")
+        if args.table and suite.op in TABLE_SUITES:
+            print(f"{suite.op}: {write_table(rows, Path(args.table), suite.op)}")
         print(f"{suite.op}: wrote " + ", ".join(str(p) for p in written))
     if len(ops) > 1 and results:
         path = out_dir / "summary.md"

@@ -48,7 +48,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -369,3 +369,26 @@ BENCH = Suite(
     columns=tuple(COLUMNS),
     config_columns=tuple(CONFIG_COLUMNS),
 )
+
+
+def dispatch_entries(rows: list, tie_band: Optional[float] = None) -> list:
+    """Dispatch-table entries (``torch_flydsl.dispatch_table``, op ``scaled_mm``) for the shapes
+    where FlyDSL's best config beat every other timed column (ATen, Triton, in-tree) by more than
+    the tie band: what the vLLM MXFP8 re-route should serve. Written for the bias-free and the
+    bias call alike, as the mm suite does."""
+    from ..dispatch_table import MX_DTYPES, Entry
+    from .report import TIE_BAND
+
+    band = TIE_BAND if tie_band is None else tie_band
+    out = []
+    for r in rows:
+        ours = r.get("flydsl_ms")
+        theirs = [r[c] for c in ("aten_ms", "triton_ms", "intree_ms") if r.get(c)]
+        if not r.get("flydsl_config") or not ours or not theirs or min(theirs) / ours <= 1 + band:
+            continue
+        if r["format"] not in MX_DTYPES:
+            continue
+        for bias in (False, True):
+            out.append(Entry("scaled_mm", r["format"], "nt", bias, int(r["M"]), int(r["N"]), int(r["K"]),
+                             r["flydsl_config"], "bench", round(ours * 1e3, 3)))
+    return out

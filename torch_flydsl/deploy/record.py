@@ -6,7 +6,8 @@ Two ways:
   eager ``mm``/``addmm`` (``nn.Linear`` included) the dense family could serve;
 - ``TORCH_FLYDSL_RECORD_SHAPES=FILE`` records, in every process, each GEMM shape that reaches
   the plugin: Inductor nodes it is offered (``torch.compile`` with max-autotune) and calls of the
-  vLLM re-route. Each process merges its shapes into ``FILE`` at exit, under a file lock.
+  vLLM re-routes (unquantized linear layers as ``mm``, MXFP8 linear layers as ``scaled_mm``).
+  Each process merges its shapes into ``FILE`` at exit, under a file lock.
 
 Shapes in a dtype or layout the dense family cannot take are left out (counted in
 ``Recorder.skipped``).
@@ -121,7 +122,21 @@ def recording() -> bool:
 
 
 def note_from_env(a, b, bias=None) -> None:
-    """Record one GEMM shape when ``TORCH_FLYDSL_RECORD_SHAPES`` is set (cheap no-op otherwise)."""
+    """Record one dense GEMM shape when ``TORCH_FLYDSL_RECORD_SHAPES`` is set (cheap no-op otherwise)."""
+    if os.environ.get(ENV):
+        try:
+            note_shape(shape_of(a, b, bias))
+        except Exception:
+            pass  # recording must never disturb the run
+
+
+def scaled_shape(fmt: str, out_dtype, bias: bool, m: int, n: int, k: int) -> Shape:
+    """The ``Shape`` of an MX linear layer's GEMM: ``fmt`` an MX format name (``mxfp8``, ...)."""
+    return Shape("scaled_mm", fmt, "nt", bias, int(m), int(n), int(k), _DTYPES.get(str(out_dtype), "bfloat16"))
+
+
+def note_shape(shape: Optional[Shape]) -> None:
+    """Record ``shape`` when ``TORCH_FLYDSL_RECORD_SHAPES`` is set (None: counted as skipped)."""
     path = os.environ.get(ENV)
     if not path:
         return
@@ -132,7 +147,7 @@ def note_from_env(a, b, bias=None) -> None:
                 _process = Recorder()
                 atexit.register(_save_at_exit, path)
     try:
-        _process.note(shape_of(a, b, bias))
+        _process.note(shape)
     except Exception:
         pass  # recording must never disturb the run
 

@@ -105,14 +105,18 @@ def _problem(shape: Shape):
 
 def _work_for_configs(shape: Shape, keys: list) -> Work:
     from ..templates.base import Decline
-    from ..templates.dense_gemm.config import DenseGemmConfig, config_fits
+
+    if shape.op == "mm":
+        from ..templates.dense_gemm.config import DenseGemmConfig as Config, config_fits
+    else:
+        from ..templates.scaled_gemm.config import ScaledGemmConfig as Config, config_fits
 
     impl, problem = _problem(shape)
     if isinstance(problem, Decline):
         return Work(shape, problem, [], [(None, problem)])
     configs, declined = [], []
     for key in keys:
-        cfg = DenseGemmConfig.from_key(key)
+        cfg = Config.from_key(key)
         why = config_fits(cfg, problem)
         (declined.append((cfg, why)) if why else configs.append(cfg))
     return Work(shape, problem, configs, declined)
@@ -190,7 +194,10 @@ def load(path, breadth: Optional[str] = None) -> Spec:
         work = []
         for e in table.entries:
             m = e.m_range[1]  # one binary serves every M: the largest decides split-K fits
-            work.append(_work_for_configs(Shape(e.op, e.dtype, e.layout, e.bias, m, e.n, e.k), [e.config]))
+            # scaled_mm entries serve bf16 and fp16 outputs alike; precompile builds the bf16
+            # binary (an fp16 model names its shapes in a shapes spec with out_dtype float16).
+            out = "bfloat16" if e.op == "scaled_mm" else ""
+            work.append(_work_for_configs(Shape(e.op, e.dtype, e.layout, e.bias, m, e.n, e.k, out), [e.config]))
         return Spec(path, work, table)
     if fmt != SHAPES_FORMAT:
         raise SpecError(f"{path}: \"format\" must be {dt.FORMAT!r} (a dispatch table) or {SHAPES_FORMAT!r} "

@@ -1,5 +1,6 @@
 """vLLM on ROCm: serve the unquantized linear layers whose shape the dispatch table names with
-the plugin's dense FlyDSL kernel; leave every other call exactly as vLLM does it.
+the plugin's dense FlyDSL kernel; leave every other call exactly as vLLM does it. (MXFP8 linear
+layers: ``vllm_mx``, armed by the same ``install``.)
 
 Opt-in: ``TORCH_FLYDSL_VLLM=1`` (with ``VLLM_PLUGINS`` letting ``torch_flydsl`` load, and
 ``TORCH_FLYDSL_DISPATCH_TABLE`` naming the table). ``torch_flydsl_boot.vllm_register`` (the
@@ -45,6 +46,7 @@ fp16, ``weight`` (same dtype) is a contiguous ``[N, K]`` (layout ``nt``: ``b = w
 ``dispatch_table.active().lookup("mm", dtype, "nt", bias is not None, M, N, K)`` names a
 config, the dense family's ``dense_mm_out`` / ``dense_addmm_out`` (alpha = beta = 1) runs
 through ``ops.try_run`` into a new ``[M, N]`` tensor, returned as ``[*x.shape[:-1], N]``.
+Under ``VLLM_BATCH_INVARIANT`` a hit is declined too (a per-M config is not batch invariant).
 Any other call, or a ``try_run`` that says why our kernel could not run (not a gfx950, no
 toolchain, a compile failure, operands the config does not fit), calls vLLM's original
 ``rocm_unquantized_gemm_impl`` unchanged, so skinny, AITER and hipBLASLt choices stay
@@ -151,6 +153,9 @@ def install() -> bool:
 
     _import_hook.when_imported(UTILS_MODULE, lambda: _guarded(
         _reroute, f"{QUALNAME} not re-routed, vLLM's own kernel serves every call"))
+    from . import vllm_mx
+
+    vllm_mx.install()
     return True
 
 
@@ -212,6 +217,9 @@ def _reroute() -> None:
 def _uninstall() -> None:
     """Give every re-routed key back to vLLM's kernel and drop the fingerprint (tests)."""
     global _armed, _fingerprint_armed
+    from . import vllm_mx
+
+    vllm_mx._uninstall()
     with _lock:
         for route in _routes.values():
             route.library._destroy()
@@ -230,6 +238,7 @@ def _make_wrapper(original: Callable) -> Callable:
     from .. import dispatch_table, ops
     from ..deploy.record import note_from_env, recording
     from ..registry import family_for
+    from .vllm_mx import batch_invariant
 
     family = family_for("mm")
     half = (torch.bfloat16, torch.float16)
@@ -259,6 +268,8 @@ def _make_wrapper(original: Callable) -> Callable:
             return None, "shape not in the dispatch table"
         if m == 0:
             return None, "empty"
+        if batch_invariant():
+            return None, "VLLM_BATCH_INVARIANT (vLLM's batch-invariant kernel; a per-M table choice is not)"
         if weight.dtype != dtype or (bias is not None and bias.dtype != dtype):
             return None, "mixed dtypes"
         if not weight.is_contiguous():

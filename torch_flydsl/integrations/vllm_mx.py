@@ -1,0 +1,307 @@
+"""vLLM on ROCm: MXFP8 linear layers whose ``[N, K]`` weight the dispatch table names run the
+plugin's MX scaled GEMM for the token counts (M) the table names; every other layer and every
+other M keeps vLLM's own MXFP8 kernel, called unchanged.
+
+Armed with the dense re-route (``torch_flydsl.integrations.vllm.install``, ``TORCH_FLYDSL_VLLM=1``).
+
+The seam (vLLM 0.33.0)
+----------------------
+An MXFP8 linear layer (ModelOpt, compressed-tensors W8A8-MXFP8, online MXFP8) asks
+``vllm.model_executor.kernels.linear.init_mxfp8_linear_kernel`` for a kernel object; that walks
+``_POSSIBLE_MXFP8_KERNELS[platform]`` in priority order and takes the first class whose
+``is_supported()`` and ``can_implement()`` pass (after ``--linear-backend`` filtering and
+``VLLM_DISABLED_KERNELS``). On gfx950 the first is ``RocmDotScaledMxfp8LinearKernel``
+(``mxfp8/rocm_native.py``): FP8-E4M3 weights ``[N, K]`` with row-major E8M0 scales
+``[N, K/32]`` (uint8), activations quantized per token by vLLM's ``mxfp8_quantize`` op, then a
+Triton ``dot_scaled`` GEMM. That is exactly the scaled family's contract (A ``[M, K]``
+row-major, B = ``W.T`` column-major, scales per 32 K values).
+
+The plugin registers ``FlyDSLMxfp8LinearKernel``, a subclass of vLLM's class, through vLLM's
+public ``register_linear_kernel(cls, PlatformEnum.ROCM, "mxfp8")`` and moves it just ahead of
+its base in that list (``register_linear_kernel`` appends, and the base always accepts; the list
+is module state, not source: nothing of vLLM's code changes). The subclass is vLLM's kernel:
+``is_supported`` / ``can_implement`` / ``process_weights_after_loading`` are inherited (so the
+weights keep vLLM's layout, and the class is skipped with the base wherever the base would be),
+and ``apply_weights`` calls the base's unless, when the weights were loaded
+(``process_weights_after_loading``, which records the decision on the layer so that
+``apply_weights`` stays a plain attribute check for ``torch.compile(fullgraph=True)``):
+
+- the layer is on the plain path (fp8 ``[N, K]`` weight, one uint8 scale row per weight row,
+  K % 128 == 0: what the base serves with ``dot_scaled``; 32x32 block-scaled DeepSeek weights
+  and weights the base dequantized to bf16 keep the base's path), and
+- the dispatch table names this ``[N, K]`` for ``scaled_mm`` ``mxfp8`` (any M), and
+- ``VLLM_BATCH_INVARIANT`` is off (a per-M table choice is not batch invariant).
+
+Those layers call ``torch.ops.torch_flydsl.vllm_mxfp8_linear(x2d, weight, weight_scale, bias)``,
+an opaque op (a fake kernel for tracing: vLLM's compiled graphs hold it, M stays symbolic;
+layers whose weights arrive pre-processed, without ``process_weights_after_loading``, keep the
+base's path). At run time it looks M up: a hit quantizes ``x`` with vLLM's own ``mxfp8_e4m3_quantize`` and runs
+the scaled family's ``scaled_mm_out`` through ``ops.try_run`` (bias in the epilogue); a miss,
+or a kernel that cannot run here (reason logged once at debug), calls the base's
+``apply_weights`` on the same weights, unchanged. The per-layer decision is made at load; the
+table's digest is in vLLM's compile-cache key
+(``integrations.vllm.fingerprint``), so a changed table never reuses a graph.
+
+With ``--linear-backend`` set, vLLM keeps only the backend's classes and this one drops out;
+``VLLM_DISABLED_KERNELS=FlyDSLMxfp8LinearKernel`` also turns it off. A vLLM without
+``register_linear_kernel``, ``_POSSIBLE_MXFP8_KERNELS`` or ``RocmDotScaledMxfp8LinearKernel``
+gets a warning and its own kernels.
+
+Not re-routed (their seams are named in the README's vLLM section): MXFP4 linear layers (the
+AITER kernel quantizes activations with AITER's own kernels and preshuffles weights for its ASM
+GEMM) and fused MoE.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import types
+from typing import Any, Optional
+
+from .._log import log
+
+KERNELS_MODULE = "vllm.model_executor.kernels.linear"
+NATIVE_MODULE = "vllm.model_executor.kernels.linear.mxfp8.rocm_native"
+QUANT_MODULE = "vllm.model_executor.layers.quantization.utils.mxfp8_utils"
+BASE_NAME = "RocmDotScaledMxfp8LinearKernel"
+KERNEL_NAME = "FlyDSLMxfp8LinearKernel"
+OP_NAME = "vllm_mxfp8_linear"
+FORMAT = "mxfp8"  # the dispatch table's scaled_mm dtype for e4m3 activations x e4m3 weights
+K_ALIGN = 128  # the base serves fp8 weights with dot_scaled only when K % 128 == 0
+ROUTE_ATTR = "torch_flydsl_mx_route"  # set on each layer at load: whether the table decides per call
+
+_lock = threading.Lock()
+_armed = False
+_said: set = set()
+
+
+class _State:
+    lib: Any = None  # the torch.library.Library defining OP_NAME
+    kernel_class: Optional[type] = None  # FlyDSLMxfp8LinearKernel once registered
+    base: Optional[type] = None  # vLLM's RocmDotScaledMxfp8LinearKernel
+    miss_self: Any = None  # a bare base instance its apply_weights runs on for a miss
+    quantize: Any = None  # vLLM's mxfp8_e4m3_quantize
+    registry: Any = None  # (the kernels list, PlatformEnum.ROCM) it was inserted into
+
+
+state = _State()
+
+
+def install() -> None:
+    """Arm the MXFP8 re-route (idempotent): registers the kernel class when vLLM's linear-kernel
+    module has executed. Called by ``integrations.vllm.install`` (``TORCH_FLYDSL_VLLM=1``)."""
+    global _armed
+    with _lock:
+        if _armed:
+            return
+        _armed = True
+    from .. import _import_hook
+    from .vllm import _guarded
+
+    _import_hook.when_imported(KERNELS_MODULE, lambda: _guarded(
+        _register, f"MXFP8 linear layers not re-routed, vLLM's own MXFP8 kernels serve them"))
+
+
+def installed() -> bool:
+    return state.kernel_class is not None
+
+
+# -- registration ----------------------------------------------------------------------------
+
+
+def _register() -> None:
+    import importlib
+
+    linear = sys.modules[KERNELS_MODULE]
+    native = importlib.import_module(NATIVE_MODULE)
+    quant = importlib.import_module(QUANT_MODULE)
+    from vllm.platforms import PlatformEnum
+
+    base = getattr(native, BASE_NAME, None)
+    table = getattr(linear, "_POSSIBLE_MXFP8_KERNELS", None)
+    register = getattr(linear, "register_linear_kernel", None)
+    quantize = getattr(quant, "mxfp8_e4m3_quantize", None)
+    missing = [name for name, v in ((f"{NATIVE_MODULE}.{BASE_NAME}", base),
+                                    (f"{KERNELS_MODULE}._POSSIBLE_MXFP8_KERNELS", table),
+                                    (f"{KERNELS_MODULE}.register_linear_kernel", register),
+                                    (f"{QUANT_MODULE}.mxfp8_e4m3_quantize", quantize)) if v is None]
+    if missing:
+        raise RuntimeError(f"this vLLM has no {', '.join(missing)} (the seam torch_flydsl's MXFP8 re-route uses)")
+    with _lock:
+        if state.kernel_class is not None or not _armed:  # registered, or disarmed since (tests)
+            return
+        _define_op()
+        cls = _kernel_class(base)
+        register(cls, PlatformEnum.ROCM, "mxfp8")
+        kernels = table[PlatformEnum.ROCM]
+        kernels.remove(cls)
+        kernels.insert(kernels.index(base) if base in kernels else 0, cls)
+        state.base, state.kernel_class, state.quantize = base, cls, quantize
+        state.miss_self = base.__new__(base)
+        state.registry = (kernels, PlatformEnum.ROCM)
+    log.info("torch_flydsl: %s registered ahead of vLLM's %s: MXFP8 layers whose [N, K] the dispatch table "
+             "names run FlyDSL for the M it names, everything else runs vLLM's kernel", KERNEL_NAME, BASE_NAME)
+
+
+def _uninstall() -> None:
+    """Take the kernel class out of vLLM's list and disarm (tests). The op stays defined."""
+    global _armed
+    with _lock:
+        if state.registry is not None:
+            kernels, _ = state.registry
+            if state.kernel_class in kernels:
+                kernels.remove(state.kernel_class)
+        state.kernel_class = state.registry = None
+        _armed = False
+
+
+def _define_op() -> None:
+    import torch
+
+    if state.lib is not None:
+        return
+    lib = torch.library.Library("torch_flydsl", "FRAGMENT")
+    lib.define(f"{OP_NAME}(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None) -> Tensor")
+    lib.impl(OP_NAME, _op_impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"torch_flydsl::{OP_NAME}", _op_fake, lib=lib)
+    state.lib = lib
+
+
+def _op_fake(x, weight, weight_scale, bias=None):
+    return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+# -- the kernel class ----------------------------------------------------------------------------
+
+
+def batch_invariant() -> bool:
+    """vLLM's ``envs.VLLM_BATCH_INVARIANT`` (False where it cannot be read)."""
+    try:
+        envs = sys.modules.get("vllm.envs")
+        if envs is None:
+            import importlib
+
+            envs = importlib.import_module("vllm.envs")
+        return bool(getattr(envs, "VLLM_BATCH_INVARIANT", False))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def routable(weight, weight_scale) -> Optional[str]:
+    """Why a layer keeps the base's path whatever M (None: the table decides per call)."""
+    import torch
+
+    from .. import dispatch_table
+
+    if weight.dim() != 2 or weight.dtype != torch.float8_e4m3fn:
+        return f"weight is {weight.dtype} {list(weight.shape)}, not an fp8 e4m3 [N, K]"
+    n, k = weight.shape
+    if weight_scale.dtype != torch.uint8 or weight_scale.dim() != 2 or weight_scale.shape[0] != n:
+        return "block-scaled weight (not one E8M0 scale row per weight row)"
+    if k % K_ALIGN:
+        return f"K={k} is not a multiple of {K_ALIGN}"
+    if batch_invariant():
+        return "VLLM_BATCH_INVARIANT"
+    if not dispatch_table.active().names_weight("scaled_mm", FORMAT, n, k):
+        return "no dispatch-table entry for this [N, K]"
+    return None
+
+
+def _kernel_class(base: type) -> type:
+    import torch
+
+    op = getattr(torch.ops.torch_flydsl, OP_NAME)
+
+    class FlyDSLMxfp8LinearKernel(base):  # type: ignore[misc, valid-type]
+        """vLLM's native gfx950 MXFP8 linear kernel, with the layers the torch_flydsl dispatch
+        table names served by FlyDSL's MX scaled GEMM (``torch_flydsl.integrations.vllm_mx``)."""
+
+        @classmethod
+        def is_supported(cls, compute_capability=None):
+            from .vllm import KNOB, enabled
+
+            if not enabled():
+                return False, f"{KNOB} is off"
+            return super().is_supported(compute_capability)
+
+        def process_weights_after_loading(self, layer):
+            super().process_weights_after_loading(layer)
+            why = routable(layer.weight, layer.weight_scale)
+            setattr(layer, ROUTE_ATTR, why is None)
+            _say(logging.DEBUG, ("layer", tuple(layer.weight.shape), why), "%s [N, K]=%s: %s", KERNEL_NAME,
+                 list(layer.weight.shape), "FlyDSL for the M the table names" if why is None else
+                 f"vLLM's kernel: {why}")
+
+        def apply_weights(self, layer, x, bias=None):
+            if not getattr(layer, ROUTE_ATTR, False):
+                return super().apply_weights(layer, x, bias)
+            n, k = layer.weight.shape
+            out = op(x.reshape(-1, k), layer.weight, layer.weight_scale, bias)
+            return out.reshape(*x.shape[:-1], n)
+
+    FlyDSLMxfp8LinearKernel.__module__ = __name__
+    return FlyDSLMxfp8LinearKernel
+
+
+# -- the op's body ---------------------------------------------------------------------------------
+
+
+def _op_impl(x, weight, weight_scale, bias=None):
+    try:
+        out, said = serve(x, weight, weight_scale, bias)
+    except Exception as e:  # a bug of ours must never fail vLLM's call (EmulatorError: a wrong kernel, raise)
+        from .vllm import _caused_by_compile
+
+        if type(e).__name__ == "EmulatorError" and not _caused_by_compile(e):
+            raise
+        out, said = None, f"{type(e).__name__}: {e}"
+        _say(logging.WARNING, ("error", type(e).__name__), "%s: vLLM's kernel runs: %s", OP_NAME, said)
+    if log.isEnabledFor(logging.DEBUG):
+        where = f"M={x.shape[0]} N={weight.shape[0]} K={x.shape[1]} {str(x.dtype).replace('torch.', '')} " \
+                f"bias={bias is not None}"
+        _say(logging.DEBUG, (where, said), "%s %s: %s", OP_NAME, where,
+             ("FlyDSL " if out is not None else "vLLM's kernel: ") + said)
+    if out is None:
+        layer = types.SimpleNamespace(weight=weight, weight_scale=weight_scale)
+        out = state.base.apply_weights(state.miss_self, layer, x, bias)
+    return out
+
+
+def serve(x, weight, weight_scale, bias):
+    """(output, config) when FlyDSL ran, else (None, why not). ``x`` is ``[M, K]``."""
+    import torch
+
+    from .. import dispatch_table, ops
+    from ..deploy.record import note_shape, recording, scaled_shape
+    from ..registry import family_for
+
+    m, k = x.shape
+    n = weight.shape[0]
+    if recording():
+        note_shape(scaled_shape(FORMAT, x.dtype, bias is not None, m, n, k))
+    cfg = dispatch_table.active().lookup("scaled_mm", FORMAT, "nt", bias is not None, m, n, k)
+    if cfg is None:
+        return None, "shape not in the dispatch table"
+    if m == 0:
+        return None, "empty"
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        return None, f"activations are {x.dtype}, not bf16/fp16"
+    if bias is not None and (bias.dtype != x.dtype or bias.dim() != 1 or bias.shape[0] != n):
+        return None, "bias is not an [N] vector of the activations' dtype"
+    x_q, x_scale = state.quantize(x)
+    out = x.new_empty((m, n))
+    e8m0 = torch.float8_e8m0fnu
+    why = ops.try_run(family_for("scaled_mm"), "scaled_mm_out",
+                      (x_q, weight.t(), x_scale.view(e8m0), weight_scale.view(e8m0), bias),
+                      {"cfg": cfg, "out": out})
+    if why is not None:
+        return None, f"FlyDSL {cfg} cannot run: {why}"
+    return out, cfg
+
+
+def _say(level: int, key, msg: str, *args) -> None:
+    if key not in _said:
+        _said.add(key)
+        log.log(level, msg, *args)
