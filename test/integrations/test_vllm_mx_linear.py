@@ -305,17 +305,24 @@ def test_reference_standin_plumbing_compiled_fullgraph_holds_the_op_with_a_symbo
     assert [t for t in targets if t.startswith("torch_flydsl.vllm_mxfp8_linear")], targets
 
 
-def test_reference_standin_plumbing_record_shapes_notes_mxfp8_calls_hit_or_miss(seam, env, tmp_path):
+@pytest.mark.parametrize("table", ["table names the layer", "no table yet"])
+def test_reference_standin_plumbing_record_shapes_notes_mxfp8_calls_hit_or_miss(seam, env, tmp_path, table):
+    """TORCH_FLYDSL_RECORD_SHAPES: every MXFP8 layer's calls are recorded, before any table
+    exists too (then vLLM's kernel serves them all)."""
     from torch_flydsl.deploy import record
     from torch_flydsl.deploy.spec import Shape
 
     env.setattr(record, "_process", None)
     env.setenv("TORCH_FLYDSL_RECORD_SHAPES", str(tmp_path / "shapes.json"))
     reroute_on(env, tmp_path, "reference-standin", (M, False))
+    if table == "no table yet":
+        env.delenv("TORCH_FLYDSL_DISPATCH_TABLE")
+        assert not dispatch_table.active().entries
     layer = mx_layer()
     kernel = loaded_kernel(layer)
     kernel.apply_weights(layer, activations()[0], None)
     kernel.apply_weights(layer, *activations(m=M + 3, bias=True))
     assert record._process.shapes == {Shape("scaled_mm", "mxfp8", "nt", False, M, N, K, "bfloat16"): 1,
                                       Shape("scaled_mm", "mxfp8", "nt", True, M + 3, N, K, "bfloat16"): 1}
+    assert env.vllm_calls == [((M + 3, K), (N, K))] if table != "no table yet" else len(env.vllm_calls) == 2
     record._process.shapes.clear()  # nothing for the at-exit save of this test process

@@ -29,7 +29,9 @@ and ``apply_weights`` calls the base's unless, when the weights were loaded
 - the layer is on the plain path (fp8 ``[N, K]`` weight, one uint8 scale row per weight row,
   K % 128 == 0: what the base serves with ``dot_scaled``; 32x32 block-scaled DeepSeek weights
   and weights the base dequantized to bf16 keep the base's path), and
-- the dispatch table names this ``[N, K]`` for ``scaled_mm`` ``mxfp8`` (any M), and
+- the dispatch table names this ``[N, K]`` for ``scaled_mm`` ``mxfp8`` (any M), or
+  ``TORCH_FLYDSL_RECORD_SHAPES`` is set (the op records every call, then misses to vLLM's
+  kernel where the table has no entry), and
 - ``VLLM_BATCH_INVARIANT`` is off (a per-M table choice is not batch invariant).
 
 Those layers call ``torch.ops.torch_flydsl.vllm_mxfp8_linear(x2d, weight, weight_scale, bias)``,
@@ -54,6 +56,7 @@ GEMM) and fused MoE.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import threading
@@ -194,6 +197,7 @@ def routable(weight, weight_scale) -> Optional[str]:
     import torch
 
     from .. import dispatch_table
+    from ..deploy.record import recording
 
     if weight.dim() != 2 or weight.dtype != torch.float8_e4m3fn:
         return f"weight is {weight.dtype} {list(weight.shape)}, not an fp8 e4m3 [N, K]"
@@ -204,6 +208,8 @@ def routable(weight, weight_scale) -> Optional[str]:
         return f"K={k} is not a multiple of {K_ALIGN}"
     if batch_invariant():
         return "VLLM_BATCH_INVARIANT"
+    if recording():
+        return None  # every call reaches the op, which records it (and keeps vLLM's kernel on a miss)
     if not dispatch_table.active().names_weight("scaled_mm", FORMAT, n, k):
         return "no dispatch-table entry for this [N, K]"
     return None
@@ -269,19 +275,26 @@ def _op_impl(x, weight, weight_scale, bias=None):
     return out
 
 
-def serve(x, weight, weight_scale, bias):
-    """(output, config) when FlyDSL ran, else (None, why not). ``x`` is ``[M, K]``."""
+@functools.lru_cache(maxsize=None)
+def _serve_deps():
+    """What ``serve`` needs, imported once (function-level imports cost ~1 us each per call)."""
     import torch
 
     from .. import dispatch_table, ops
-    from ..deploy.record import note_shape, recording, scaled_shape
+    from ..deploy import record
     from ..registry import family_for
 
+    return torch, dispatch_table.active, ops.try_run, family_for("scaled_mm"), record
+
+
+def serve(x, weight, weight_scale, bias):
+    """(output, config) when FlyDSL ran, else (None, why not). ``x`` is ``[M, K]``."""
+    torch, active, try_run, family, record = _serve_deps()
     m, k = x.shape
     n = weight.shape[0]
-    if recording():
-        note_shape(scaled_shape(FORMAT, x.dtype, bias is not None, m, n, k))
-    cfg = dispatch_table.active().lookup("scaled_mm", FORMAT, "nt", bias is not None, m, n, k)
+    if record.recording():
+        record.note_shape(record.scaled_shape(FORMAT, x.dtype, bias is not None, m, n, k))
+    cfg = active().lookup("scaled_mm", FORMAT, "nt", bias is not None, m, n, k)
     if cfg is None:
         return None, "shape not in the dispatch table"
     if m == 0:
@@ -293,7 +306,7 @@ def serve(x, weight, weight_scale, bias):
     x_q, x_scale = state.quantize(x)
     out = x.new_empty((m, n))
     e8m0 = torch.float8_e8m0fnu
-    why = ops.try_run(family_for("scaled_mm"), "scaled_mm_out",
+    why = try_run(family, "scaled_mm_out",
                       (x_q, weight.t(), x_scale.view(e8m0), weight_scale.view(e8m0), bias),
                       {"cfg": cfg, "out": out})
     if why is not None:
