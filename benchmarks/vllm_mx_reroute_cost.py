@@ -41,11 +41,11 @@ from torch_flydsl.integrations import vllm_mx  # noqa: E402
 M, N, K = 4, 64, 256
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--number", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=7)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     result = torch.empty(M, N, dtype=torch.bfloat16)
 
