@@ -104,7 +104,7 @@ def install() -> None:
     from .vllm import _guarded
 
     _import_hook.when_imported(KERNELS_MODULE, lambda: _guarded(
-        _register, f"MXFP8 linear layers not re-routed, vLLM's own MXFP8 kernels serve them"))
+        _register, "MXFP8 linear layers not re-routed, vLLM's own MXFP8 kernels serve them"))
 
 
 def installed() -> bool:
@@ -234,7 +234,10 @@ def _kernel_class(base: type) -> type:
 
         def process_weights_after_loading(self, layer):
             super().process_weights_after_loading(layer)
-            why = routable(layer.weight, layer.weight_scale)
+            try:
+                why = routable(layer.weight, layer.weight_scale)
+            except Exception as e:  # noqa: BLE001 - a bug of ours must never fail vLLM's model load
+                why = f"{type(e).__name__}: {e}"
             setattr(layer, ROUTE_ATTR, why is None)
             _say(logging.DEBUG, ("layer", tuple(layer.weight.shape), why), "%s [N, K]=%s: %s", KERNEL_NAME,
                  list(layer.weight.shape), "FlyDSL for the M the table names" if why is None else
