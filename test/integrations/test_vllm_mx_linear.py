@@ -326,3 +326,18 @@ def test_reference_standin_plumbing_record_shapes_notes_mxfp8_calls_hit_or_miss(
                                       Shape("scaled_mm", "mxfp8", "nt", True, M + 3, N, K, "bfloat16"): 1}
     assert env.vllm_calls == [((M + 3, K), (N, K))] if table != "no table yet" else len(env.vllm_calls) == 2
     record._process.shapes.clear()  # nothing for the at-exit save of this test process
+
+
+def test_reference_standin_plumbing_an_error_deciding_a_route_keeps_the_layer_on_vllms_kernel(seam, env, tmp_path):
+    reroute_on(env, tmp_path, "reference-standin", (M, False))
+
+    def broken(weight, weight_scale):
+        raise RuntimeError("stand-in failure")
+
+    env.setattr(vllm_mx, "routable", broken)
+    layer = mx_layer()
+    kernel = loaded_kernel(layer)  # the load itself must not fail
+    assert getattr(layer, vllm_mx.ROUTE_ATTR) is False
+    x, _ = activations()
+    kernel.apply_weights(layer, x, None)
+    assert env.vllm_calls == [((M, K), (N, K))]
