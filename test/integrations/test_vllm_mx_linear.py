@@ -62,7 +62,7 @@ def env(monkeypatch, tmp_path):
     for name in ("TORCH_FLYDSL_VLLM", "TORCH_FLYDSL_DISPATCH_TABLE", "TORCH_FLYDSL_CACHE_DIR", "TORCH_FLYDSL_EXECUTOR",
                  "TORCH_FLYDSL_DISABLE", "TORCH_FLYDSL_RECORD_SHAPES", "VLLM_BATCH_INVARIANT"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(vllm_mx, "_said", set())
+    monkeypatch.setattr(hook, "_said", set())
     hook._uninstall()
     dispatch_table.reload()
     import vllm.model_executor.kernels.linear.mxfp8.rocm_native as native
@@ -341,3 +341,24 @@ def test_reference_standin_plumbing_an_error_deciding_a_route_keeps_the_layer_on
     x, _ = activations()
     kernel.apply_weights(layer, x, None)
     assert env.vllm_calls == [((M, K), (N, K))]
+
+
+def test_reference_standin_plumbing_a_bug_of_ours_at_call_time_warns_once_and_vllm_serves(seam, env, tmp_path,
+                                                                                        caplog):
+    import logging
+
+    reroute_on(env, tmp_path, "reference-standin", (M, False))
+
+    def planted(*args):
+        raise KeyError("planted bug")
+
+    env.setattr(vllm_mx, "serve", planted)
+    layer = mx_layer()
+    kernel = loaded_kernel(layer)
+    x, _ = activations()
+    with caplog.at_level(logging.WARNING, logger="torch_flydsl"):
+        outs = [kernel.apply_weights(layer, x, None) for _ in range(2)]
+    assert env.vllm_calls == [((M, K), (N, K))] * 2
+    assert torch.equal(outs[0], mx_product(x, layer.weight, layer.weight_scale).to(torch.bfloat16))
+    said = [r.getMessage() for r in caplog.records if "planted bug" in r.getMessage()]
+    assert said == [f"{vllm_mx.OP_NAME}: vLLM's kernel runs: KeyError: 'planted bug'"], caplog.text

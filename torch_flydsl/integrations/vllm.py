@@ -296,19 +296,27 @@ def _make_wrapper(original: Callable) -> Callable:
         return (out if x.dim() == 2 else out.view(*x.shape[:-1], n)), cfg
 
     def rocm_unquantized_gemm_flydsl(x, weight, bias=None):
-        try:
-            out, said = serve(x, weight, bias)
-        except Exception as e:  # a bug of ours must never fail vLLM's call (EmulatorError: a wrong kernel, raise)
-            if type(e).__name__ == "EmulatorError" and not _caused_by_compile(e):
-                raise
-            out, said = None, f"{type(e).__name__}: {e}"
-            _say(logging.WARNING, ("error", type(e).__name__), "%s: vLLM's kernel runs: %s", QUALNAME, said)
+        out, said = guarded_serve(QUALNAME, serve, x, weight, bias)
         if log.isEnabledFor(debug):
             _note(x, weight, bias, "FlyDSL " + said if out is not None else "vLLM's kernel: " + said)
         return original(x, weight, bias) if out is None else out
 
     rocm_unquantized_gemm_flydsl.original = original  # type: ignore[attr-defined]
     return rocm_unquantized_gemm_flydsl
+
+
+def guarded_serve(what: str, serve: Callable, *args) -> tuple:
+    """``serve(*args)`` (``(output, config)`` or ``(None, why not)``), where an exception of ours
+    becomes ``(None, why)`` with one warning per kind: a bug of ours must never fail vLLM's call.
+    An ``EmulatorError`` that is not a compile failure (the emulator found a kernel wrong) raises."""
+    try:
+        return serve(*args)
+    except Exception as e:
+        if type(e).__name__ == "EmulatorError" and not _caused_by_compile(e):
+            raise
+        said = f"{type(e).__name__}: {e}"
+        _say(logging.WARNING, ("error", what, type(e).__name__), "%s: vLLM's kernel runs: %s", what, said)
+        return None, said
 
 
 def _caused_by_compile(e: BaseException) -> bool:

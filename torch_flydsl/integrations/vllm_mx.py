@@ -64,6 +64,7 @@ import types
 from typing import Any, Optional
 
 from .._log import log
+from .vllm import _guarded, _say, guarded_serve
 
 KERNELS_MODULE = "vllm.model_executor.kernels.linear"
 NATIVE_MODULE = "vllm.model_executor.kernels.linear.mxfp8.rocm_native"
@@ -77,7 +78,6 @@ ROUTE_ATTR = "torch_flydsl_mx_route"  # set on each layer at load: whether the t
 
 _lock = threading.Lock()
 _armed = False
-_said: set = set()
 
 
 class _State:
@@ -101,7 +101,6 @@ def install() -> None:
             return
         _armed = True
     from .. import _import_hook
-    from .vllm import _guarded
 
     _import_hook.when_imported(KERNELS_MODULE, lambda: _guarded(
         _register, "MXFP8 linear layers not re-routed, vLLM's own MXFP8 kernels serve them"))
@@ -258,15 +257,7 @@ def _kernel_class(base: type) -> type:
 
 
 def _op_impl(x, weight, weight_scale, bias=None):
-    try:
-        out, said = serve(x, weight, weight_scale, bias)
-    except Exception as e:  # a bug of ours must never fail vLLM's call (EmulatorError: a wrong kernel, raise)
-        from .vllm import _caused_by_compile
-
-        if type(e).__name__ == "EmulatorError" and not _caused_by_compile(e):
-            raise
-        out, said = None, f"{type(e).__name__}: {e}"
-        _say(logging.WARNING, ("error", type(e).__name__), "%s: vLLM's kernel runs: %s", OP_NAME, said)
+    out, said = guarded_serve(OP_NAME, serve, x, weight, weight_scale, bias)
     if log.isEnabledFor(logging.DEBUG):
         where = f"M={x.shape[0]} N={weight.shape[0]} K={x.shape[1]} {str(x.dtype).replace('torch.', '')} " \
                 f"bias={bias is not None}"
@@ -316,8 +307,3 @@ def serve(x, weight, weight_scale, bias):
         return None, f"FlyDSL {cfg} cannot run: {why}"
     return out, cfg
 
-
-def _say(level: int, key, msg: str, *args) -> None:
-    if key not in _said:
-        _said.add(key)
-        log.log(level, msg, *args)
