@@ -12,6 +12,7 @@ FlyDSL choice must be planned for the knobs to be read at all, and nothing needs
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -70,7 +71,11 @@ def test_knobs_tested_elsewhere_name_a_test_that_exists(name):
     module = module.replace("/", "_")
     spec = importlib.util.spec_from_file_location(f"_knob_{module}", path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    sys.path.insert(0, str(path.parent))  # its directory's helpers (vllmkit, deploykit), as pytest's rootdir import gives
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(path.parent))
     assert callable(getattr(mod, test, None)), f"{path} has no {test}"
 
 
