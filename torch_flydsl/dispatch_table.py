@@ -16,11 +16,16 @@ A small, versioned, human-readable JSON file::
 
 - ``op``: ``mm`` (dense GEMM; ``bias: true`` is the addmm / ``F.linear`` with bias case), or
   ``scaled_mm`` (the MX scaled GEMM: an MXFP8 / MXFP4 linear layer, ``x_q @ W_q.T`` with E8M0
-  block scales; bf16 or fp16 output, the same config for both).
-- ``dtype``: ``mm``: ``bfloat16`` or ``float16``; ``scaled_mm``: the MX format of activations x
-  weights, ``mxfp8`` (e4m3 x e4m3), ``mxfp8-e5m2``, ``mxfp4`` (e2m1 x e2m1) or ``w4a8``.
+  block scales; bf16 or fp16 output, the same config for both), or ``grouped_mm`` (the MoE
+  forward's grouped GEMM, ``x_sorted @ W[e].T`` per expert; ``m`` counts routed rows, tokens x
+  top-k, and ``groups`` is the number of experts).
+- ``dtype``: ``mm`` and ``grouped_mm``: ``bfloat16`` or ``float16``; ``scaled_mm``: the MX
+  format of activations x weights, ``mxfp8`` (e4m3 x e4m3), ``mxfp8-e5m2``, ``mxfp4`` (e2m1 x
+  e2m1) or ``w4a8``.
+- ``groups``: ``grouped_mm`` only (and required there).
 - ``layout``: BLAS-style, first letter A then B, ``n`` row-major, ``t`` column-major: ``nt`` is
-  ``x @ W.T`` with ``W`` stored ``[N, K]`` (every ``nn.Linear``; the only layout of ``scaled_mm``).
+  ``x @ W.T`` with ``W`` stored ``[N, K]`` (every ``nn.Linear``; the only layout of ``scaled_mm``
+  and ``grouped_mm``).
 - ``m``: one M, or ``[lo, hi]`` for every M in that inclusive range (exact entries win).
 - ``config``: the family's config key (``python -m torch_flydsl explain mm M N K`` lists them).
 - ``source`` (``hand``, ``bench``, ``inductor``, ``record``) and ``us`` are informative.
@@ -42,7 +47,7 @@ from typing import Iterable, Optional, Union
 
 FORMAT = "torch-flydsl-dispatch-table"
 VERSION = 1
-OPS = ("mm", "scaled_mm")
+OPS = ("mm", "scaled_mm", "grouped_mm")
 LAYOUTS = ("nn", "nt", "tn", "tt")
 DTYPES = ("bfloat16", "float16")
 MX_DTYPES = ("mxfp8", "mxfp8-e5m2", "mxfp4", "w4a8")  # scaled_mm: the scaled family's format names
@@ -66,12 +71,15 @@ class Entry:
     config: str
     source: str = "hand"
     us: Optional[float] = None
+    groups: int = 0  # grouped_mm: the experts; 0 for the other ops
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["m"] = list(self.m) if isinstance(self.m, tuple) else self.m
         if d["us"] is None:
             del d["us"]
+        if not d["groups"]:
+            del d["groups"]
         return d
 
     @property
@@ -82,7 +90,7 @@ class Entry:
 def _key_dtype(op: str, name: str):
     """What a lookup passes as ``dtype``: a ``torch.dtype`` for ``mm``, the format name for
     ``scaled_mm``."""
-    if op != "mm":
+    if op == "scaled_mm":
         return name
     import torch
 
@@ -90,13 +98,15 @@ def _key_dtype(op: str, name: str):
 
 
 def _op_dtypes(op: str) -> tuple:
-    return DTYPES if op == "mm" else MX_DTYPES
+    return MX_DTYPES if op == "scaled_mm" else DTYPES
 
 
 def _check_config(op: str, key: str) -> Optional[str]:
     """Why ``key`` is not a config of ``op``'s family (None: it is)."""
     if op == "mm":
         from .templates.dense_gemm.config import DenseGemmConfig as Config
+    elif op == "grouped_mm":
+        from .templates.grouped_gemm.config import GroupedGemmConfig as Config
     else:
         from .templates.scaled_gemm.config import ScaledGemmConfig as Config
 
@@ -111,7 +121,7 @@ def _check_config(op: str, key: str) -> Optional[str]:
 def _entry(raw, where: str) -> Entry:
     if not isinstance(raw, dict):
         raise TableError(f"{where}: an entry must be a JSON object, got {type(raw).__name__}")
-    known = {"op", "dtype", "layout", "bias", "m", "n", "k", "config", "source", "us"}
+    known = {"op", "dtype", "layout", "bias", "m", "n", "k", "config", "source", "us", "groups"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise TableError(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
@@ -138,6 +148,13 @@ def _entry(raw, where: str) -> Entry:
         v = raw[name]
         if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             raise TableError(f"{where}: {name} must be a positive integer, got {v!r}")
+    groups = raw.get("groups", 0)
+    if op == "grouped_mm" and not (isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1):
+        raise TableError(f"{where}: grouped_mm needs groups, a positive integer (the experts), got {groups!r}")
+    if op != "grouped_mm" and "groups" in raw:
+        raise TableError(f"{where}: groups is a field of grouped_mm entries only")
+    if op == "grouped_mm" and raw.get("bias", False):
+        raise TableError(f"{where}: grouped_mm entries have no bias")
     why = _check_config(op, raw["config"]) if isinstance(raw["config"], str) else "not a string"
     if why:
         raise TableError(f"{where}: config {raw['config']!r}: {why}")
@@ -148,7 +165,7 @@ def _entry(raw, where: str) -> Entry:
     if us is not None and not isinstance(us, (int, float)):
         raise TableError(f"{where}: us must be a number, got {us!r}")
     return Entry(op, dtype, layout, bias, m, raw["n"], raw["k"], raw["config"], source,
-                 None if us is None else float(us))
+                 None if us is None else float(us), groups)
 
 
 class DispatchTable:
@@ -163,15 +180,16 @@ class DispatchTable:
         weights: set = set()
         for e in self.entries:
             head = (e.op, _key_dtype(e.op, e.dtype), e.layout, e.bias)
-            weights.add((e.op, head[1], e.n, e.k))
+            weights.add((e.op, head[1], e.n, e.k, e.groups))
             if isinstance(e.m, tuple):
-                ranges.setdefault(head + (e.n, e.k), []).append((e.m[0], e.m[1], e.config))
+                ranges.setdefault(head + (e.n, e.k, e.groups), []).append((e.m[0], e.m[1], e.config))
             else:
-                key = head + (e.m, e.n, e.k)
+                key = head + (e.m, e.n, e.k, e.groups)
                 if key in exact and exact[key] != e.config:
                     where = f"{path}: " if path else ""
                     raise TableError(f"{where}two entries for {e.op} {e.dtype} {e.layout} bias={e.bias} "
-                                     f"M={e.m} N={e.n} K={e.k} name different configs ({exact[key]}, {e.config})")
+                                     f"M={e.m} N={e.n} K={e.k}{f' G={e.groups}' if e.groups else ''} name "
+                                     f"different configs ({exact[key]}, {e.config})")
                 exact[key] = e.config
         self._exact = exact
         self._ranges = {k: tuple(sorted(v)) for k, v in ranges.items()}
@@ -180,18 +198,20 @@ class DispatchTable:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def names_weight(self, op: str, dtype, n: int, k: int) -> bool:
+    def names_weight(self, op: str, dtype, n: int, k: int, groups: int = 0) -> bool:
         """Whether any entry (any M, bias or not) is for an ``[N, K]`` weight of ``op`` and
         ``dtype``: what a caller that decides once per layer, before M is known, asks."""
-        return (op, dtype, n, k) in self._weights
+        return (op, dtype, n, k, groups) in self._weights
 
-    def lookup(self, op: str, dtype, layout: str, bias: bool, m: int, n: int, k: int) -> Optional[str]:
-        """The config key for this GEMM, or None. ``dtype``: a ``torch.dtype`` for ``mm``, the
-        MX format name (``"mxfp8"``, ...) for ``scaled_mm``."""
-        hit = self._exact.get((op, dtype, layout, bias, m, n, k))
+    def lookup(self, op: str, dtype, layout: str, bias: bool, m: int, n: int, k: int,
+               groups: int = 0) -> Optional[str]:
+        """The config key for this GEMM, or None. ``dtype``: a ``torch.dtype`` for ``mm`` and
+        ``grouped_mm``, the MX format name (``"mxfp8"``, ...) for ``scaled_mm``; ``groups``: the
+        experts of a ``grouped_mm`` (0 otherwise)."""
+        hit = self._exact.get((op, dtype, layout, bias, m, n, k, groups))
         if hit is not None or not self._ranges:
             return hit
-        for lo, hi, cfg in self._ranges.get((op, dtype, layout, bias, n, k), ()):
+        for lo, hi, cfg in self._ranges.get((op, dtype, layout, bias, n, k, groups), ()):
             if lo <= m <= hi:
                 return cfg
         return None
@@ -212,8 +232,8 @@ class DispatchTable:
     def merged(self, newer: Iterable[Entry]) -> "DispatchTable":
         """This table with ``newer`` entries replacing any entry for the same shape."""
         newer = list(newer)
-        shapes = {(e.op, e.dtype, e.layout, e.bias, e.m, e.n, e.k) for e in newer}
-        kept = [e for e in self.entries if (e.op, e.dtype, e.layout, e.bias, e.m, e.n, e.k) not in shapes]
+        shapes = {(e.op, e.dtype, e.layout, e.bias, e.m, e.n, e.k, e.groups) for e in newer}
+        kept = [e for e in self.entries if (e.op, e.dtype, e.layout, e.bias, e.m, e.n, e.k, e.groups) not in shapes]
         return DispatchTable(kept + newer, self.arch, self.path)
 
 

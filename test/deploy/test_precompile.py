@@ -107,6 +107,23 @@ def test_a_dispatch_table_with_mxfp8_entries_precompiles_the_scaled_kernel(tmp_p
     assert len(ids) == 1 and ids[0].startswith("scaled_gemm-") and "/e4m3.e4m3/bfloat16/bias0" in ids[0], ids
 
 
+@needs_disk_cache_keys
+def test_a_dispatch_table_with_moe_grouped_entries_precompiles_the_grouped_kernel(tmp_path):
+    """What the vLLM MoE re-route serves (``grouped_mm`` entries: W13 and W2 of one MoE layer)."""
+    from torch_flydsl import dispatch_table as dt
+
+    table = {"format": dt.FORMAT, "version": 1, "arch": "gfx950", "entries": [
+        {"op": "grouped_mm", "dtype": "bfloat16", "layout": "nt", "m": [1, 64], "n": n, "k": k, "groups": 4,
+         "config": "grp_m32n128k64_w1x4_s3_g0"} for n, k in ((128, 128), (128, 64))]}
+    spec = tmp_path / "table.json"
+    spec.write_text(json.dumps(table))
+    r = cli("precompile", "--spec", str(spec), "--cache-dir", str(tmp_path / "c"), "--quiet")
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert "1 kernel(s) for 2 shape(s): 1 compiled" in r.stdout, r.stdout  # one binary serves both GEMMs
+    ids = list(mf.read(tmp_path / "c").kernels)
+    assert len(ids) == 1 and ids[0].startswith("grouped_gemm-") and "/bcol/2d3d" in ids[0], ids
+
+
 def test_bad_specs_exit_2_with_the_reason(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": SHAPES_FORMAT, "version": 1, "shapes": [{"op": "mm", "dtype": "int8",

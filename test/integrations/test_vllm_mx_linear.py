@@ -14,9 +14,6 @@ Triton path under it). Plumbing tests run the scaled family's float64 reference
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -27,7 +24,7 @@ from torch_flydsl import dispatch_table
 from torch_flydsl.integrations import vllm as hook
 from torch_flydsl.integrations import vllm_mx
 
-from vllmkit import real_vllm, traced, write_standin, write_table
+from vllmkit import module_seam, traced, write_table
 
 CFG = "mx_m32n64k256_w1x2_s3_g0"  # explain scaled_mm 32 64 256 --dtype mxfp8 (baseline)
 M, N, K = 32, 64, 256
@@ -37,22 +34,7 @@ MX_FILE = vllm_mx.__file__.replace(".pyc", ".py")
 
 @pytest.fixture(scope="module", params=["vllm-0.33", "standin"])
 def seam(request, tmp_path_factory):
-    if request.param == "vllm-0.33":
-        if not real_vllm():
-            pytest.skip("vLLM is not installed in this venv; scripts/vllm_hook_test.sh runs these against vLLM 0.33.0")
-        from vllm import __version__
-
-        assert __version__.startswith("0.33"), f"these tests read vLLM 0.33's seam; this is vLLM {__version__}"
-        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    else:
-        if real_vllm():
-            pytest.skip("the real vLLM owns the vllm namespace in this process; the stand-in runs where it is absent")
-        if "vllm" not in sys.modules:
-            sys.path.insert(0, str(write_standin(tmp_path_factory.mktemp("standin"))))
-            import vllm
-
-            vllm._standin = True
-    return types.SimpleNamespace(name=request.param)
+    return module_seam(request.param, tmp_path_factory)
 
 
 @pytest.fixture

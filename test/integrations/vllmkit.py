@@ -175,6 +175,105 @@ STANDIN_MX = {
 }
 STANDIN.update(STANDIN_MX)
 
+# The unquantized fused-MoE seam (torch_flydsl.integrations.vllm_moe): vLLM 0.33's CustomOp
+# out-of-tree registry, its UnquantizedFusedMoEMethod and TritonExperts, with CPU bodies written
+# here (the GPU-only pieces raise, as vLLM's would on this CPU).
+STANDIN_MOE = {
+    "vllm/model_executor/custom_op.py": textwrap.dedent('''
+        op_registry = {}
+        op_registry_oot = {}
+
+
+        class CustomOp:
+            def __new__(cls, *args, **kwargs):
+                return super().__new__(op_registry_oot.get(cls.__name__, cls))
+
+            @classmethod
+            def register(cls, name):
+                def decorator(op_cls):
+                    op_cls.name = name
+                    op_registry[name] = op_cls
+                    return op_cls
+
+                return decorator
+
+            @classmethod
+            def register_oot(cls, _decorated_op_cls=None, name=None):
+                def decorator(op_cls):
+                    reg_name = name if name is not None else cls.__name__
+                    assert reg_name not in op_registry_oot, f"Duplicate op name: {reg_name}"
+                    op_cls.name = reg_name
+                    op_registry_oot[reg_name] = op_cls
+                    return op_cls
+
+                return decorator if _decorated_op_cls is None else decorator(_decorated_op_cls)
+        '''),
+    "vllm/model_executor/layers/fused_moe/__init__.py": "",
+    "vllm/model_executor/layers/fused_moe/activation.py": textwrap.dedent('''
+        import enum
+
+
+        class MoEActivation(enum.Enum):
+            SILU = "silu"
+            GELU = "gelu"
+        '''),
+    "vllm/model_executor/layers/fused_moe/config.py": textwrap.dedent('''
+        class FusedMoEQuantConfig:
+            quant_dtype = None
+            w1_bias = None
+            w2_bias = None
+            use_int4_w4a16 = False
+            use_int8_w8a16 = False
+
+
+        FUSED_MOE_UNQUANTIZED_CONFIG = FusedMoEQuantConfig()
+        '''),
+    "vllm/model_executor/layers/fused_moe/experts/__init__.py": "",
+    "vllm/model_executor/layers/fused_moe/experts/triton_moe.py": textwrap.dedent('''
+        class TritonExperts:
+            def __init__(self, moe_config, quant_config):
+                self.moe_config = moe_config
+                self.quant_config = quant_config
+                self._lora_context = None
+
+            def adjust_N_for_activation(self, N, activation):
+                return N // 2
+
+            def activation(self, activation, output, input):
+                raise NotImplementedError("vLLM's _C activation kernels: a GPU op")
+
+            def moe_sum(self, input, output, topk_ids=None, expert_map=None):
+                raise NotImplementedError("vLLM's _moe_C moe_sum: a GPU op")
+
+            def _finalize_expert_output(self, expert_output, output, topk_ids=None, expert_map=None):
+                self.moe_sum(expert_output, output, topk_ids, expert_map)
+
+            def _uses_post_gemm2_hook(self, num_tokens):
+                return False
+
+            def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts,
+                      expert_map, a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta,
+                      apply_router_weight_on_input):
+                raise NotImplementedError("a Triton fused-MoE kernel: needs a GPU")
+        '''),
+    "vllm/model_executor/layers/fused_moe/unquantized_fused_moe_method.py": textwrap.dedent('''
+        from vllm.model_executor.custom_op import CustomOp
+        from vllm.model_executor.layers.fused_moe.experts.triton_moe import TritonExperts
+
+
+        def select_unquantized_moe_backend(moe_config):
+            return "TRITON", TritonExperts
+
+
+        @CustomOp.register("unquantized_fused_moe")
+        class UnquantizedFusedMoEMethod(CustomOp):
+            def __init__(self, moe):
+                self.moe = moe
+                self.unquantized_backend, self.experts_cls = select_unquantized_moe_backend(moe_config=moe)
+        '''),
+}
+STANDIN.update(STANDIN_MOE)
+
 def real_vllm() -> bool:
     return importlib.util.find_spec("vllm") is not None and not getattr(sys.modules.get("vllm"), "_standin", False)
 
@@ -217,3 +316,30 @@ def write_table(path: Path, op: str, dtype: str, n: int, k: int, config: str, en
                         "config": config} for m, bias in entries]}
     path.write_text(json.dumps(doc))
     return str(path)
+
+
+def module_seam(name: str, tmp_path_factory):
+    """The ``vllm`` this module's tests run against: ``vllm-0.33`` (the real one, installed by
+    scripts/vllm_hook_test.sh; skipped elsewhere) or ``standin`` (this file's package; skipped
+    where the real vLLM owns the namespace). A namespace with the seam's name."""
+    import os
+    import types
+
+    import pytest
+
+    if name == "vllm-0.33":
+        if not real_vllm():
+            pytest.skip("vLLM is not installed in this venv; scripts/vllm_hook_test.sh runs these against vLLM 0.33.0")
+        from vllm import __version__
+
+        assert __version__.startswith("0.33"), f"these tests read vLLM 0.33's seam; this is vLLM {__version__}"
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    else:
+        if real_vllm():
+            pytest.skip("the real vLLM owns the vllm namespace in this process; the stand-in runs where it is absent")
+        if "vllm" not in sys.modules:
+            sys.path.insert(0, str(write_standin(tmp_path_factory.mktemp("standin"))))
+            import vllm
+
+            vllm._standin = True
+    return types.SimpleNamespace(name=name)

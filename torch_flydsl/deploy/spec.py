@@ -108,6 +108,8 @@ def _work_for_configs(shape: Shape, keys: list) -> Work:
 
     if shape.op == "mm":
         from ..templates.dense_gemm.config import DenseGemmConfig as Config, config_fits
+    elif shape.op == "grouped_mm":
+        from ..templates.grouped_gemm.config import GroupedGemmConfig as Config, config_fits
     else:
         from ..templates.scaled_gemm.config import ScaledGemmConfig as Config, config_fits
 
@@ -197,7 +199,10 @@ def load(path, breadth: Optional[str] = None) -> Spec:
             # scaled_mm entries serve bf16 and fp16 outputs alike; precompile builds the bf16
             # binary (an fp16 model names its shapes in a shapes spec with out_dtype float16).
             out = "bfloat16" if e.op == "scaled_mm" else ""
-            work.append(_work_for_configs(Shape(e.op, e.dtype, e.layout, e.bias, m, e.n, e.k, out), [e.config]))
+            # grouped_mm entries are the MoE forward's: each expert's weight stored [N, K] (B col-major)
+            b_major = "col" if e.op == "grouped_mm" else ""
+            work.append(_work_for_configs(Shape(e.op, e.dtype, e.layout, e.bias, m, e.n, e.k, out, e.groups, b_major),
+                                          [e.config]))
         return Spec(path, work, table)
     if fmt != SHAPES_FORMAT:
         raise SpecError(f"{path}: \"format\" must be {dt.FORMAT!r} (a dispatch table) or {SHAPES_FORMAT!r} "

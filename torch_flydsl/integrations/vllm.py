@@ -1,6 +1,6 @@
 """vLLM on ROCm: serve the unquantized linear layers whose shape the dispatch table names with
 the plugin's dense FlyDSL kernel; leave every other call exactly as vLLM does it. (MXFP8 linear
-layers: ``vllm_mx``, armed by the same ``install``.)
+layers: ``vllm_mx``; unquantized fused MoE: ``vllm_moe``; both armed by the same ``install``.)
 
 Opt-in: ``TORCH_FLYDSL_VLLM=1`` (with ``VLLM_PLUGINS`` letting ``torch_flydsl`` load, and
 ``TORCH_FLYDSL_DISPATCH_TABLE`` naming the table). ``torch_flydsl_boot.vllm_register`` (the
@@ -153,9 +153,10 @@ def install() -> bool:
 
     _import_hook.when_imported(UTILS_MODULE, lambda: _guarded(
         _reroute, f"{QUALNAME} not re-routed, vLLM's own kernel serves every call"))
-    from . import vllm_mx
+    from . import vllm_moe, vllm_mx
 
     vllm_mx.install()
+    vllm_moe.install()
     return True
 
 
@@ -217,9 +218,10 @@ def _reroute() -> None:
 def _uninstall() -> None:
     """Give every re-routed key back to vLLM's kernel and drop the fingerprint (tests)."""
     global _armed, _fingerprint_armed
-    from . import vllm_mx
+    from . import vllm_moe, vllm_mx
 
     vllm_mx._uninstall()
+    vllm_moe._uninstall()
     with _lock:
         for route in _routes.values():
             route.library._destroy()

@@ -49,9 +49,8 @@ With ``--linear-backend`` set, vLLM keeps only the backend's classes and this on
 ``register_linear_kernel``, ``_POSSIBLE_MXFP8_KERNELS`` or ``RocmDotScaledMxfp8LinearKernel``
 gets a warning and its own kernels.
 
-Not re-routed (their seams are named in the README's vLLM section): MXFP4 linear layers (the
-AITER kernel quantizes activations with AITER's own kernels and preshuffles weights for its ASM
-GEMM) and fused MoE.
+Not re-routed: MXFP4 linear layers (the AITER kernel quantizes activations with AITER's own
+kernels and preshuffles weights for its ASM GEMM). Fused MoE: ``vllm_moe``.
 """
 
 from __future__ import annotations
