@@ -133,11 +133,20 @@ def reference(x, w1, w2, weights, ids):
     return out
 
 
-def apply(experts, x, w1, w2, weights, ids, expert_map=None):
+def apply(experts, x, w1, w2, weights, ids, expert_map=None, workspaces=False):
+    """``experts.apply`` as vLLM's modular kernel calls it; with ``workspaces``, vLLM's two
+    workspaces (NaN-filled, shaped as TritonExperts asks) and ``output`` inside workspace13."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 
-    out = torch.full((x.shape[0], H), float("nan"), dtype=x.dtype)
-    experts.apply(out, x, w1, w2, weights, ids, MoEActivation.SILU, E, expert_map, None, None, None, None, None,
+    ws13 = ws2 = None
+    if workspaces:
+        tokens = x.shape[0]
+        ws13 = torch.full((tokens, TOP_K, max(I, H)), float("nan"), dtype=x.dtype)
+        ws2 = torch.full((tokens, TOP_K, max(2 * I, H)), float("nan"), dtype=x.dtype)
+        out = ws13.view(-1)[: tokens * H].view(tokens, H)
+    else:
+        out = torch.full((x.shape[0], H), float("nan"), dtype=x.dtype)
+    experts.apply(out, x, w1, w2, weights, ids, MoEActivation.SILU, E, expert_map, None, None, ws13, ws2, None,
                   False)
     return out
 
@@ -209,11 +218,12 @@ def test_emulator_moe_call_of_table_shapes_is_computed_by_two_flydsl_grouped_ker
     assert rel_err(out, reference(x, w1, w2, weights, ids)) < TOLERANCE
 
 
-def test_reference_standin_plumbing_table_shapes_run_the_grouped_custom_op(seam, env, tmp_path):
+@pytest.mark.parametrize("workspaces", [False, True], ids=["own buffers", "vllm workspaces, output inside one"])
+def test_reference_standin_plumbing_table_shapes_run_the_grouped_custom_op(seam, env, tmp_path, workspaces):
     reroute_on(env, tmp_path, "reference-standin")
     experts = experts_of(seam, vllm_moe.state.experts_class)
     x, w1, w2, weights, ids = problem(seed=1)
-    out = apply(experts, x, w1, w2, weights, ids)
+    out = apply(experts, x, w1, w2, weights, ids, workspaces=workspaces)
     assert env.vllm_calls == [] and not out.isnan().any()
     assert rel_err(out, reference(x, w1, w2, weights, ids)) < TOLERANCE
 

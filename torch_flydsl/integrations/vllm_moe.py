@@ -158,7 +158,8 @@ def _experts_class(base: type) -> type:
                   expert_map, a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta,
                   apply_router_weight_on_input):
             served, said = guarded_serve(WHAT, serve, self, output, hidden_states, w1, w2, topk_weights, topk_ids,
-                                         activation, expert_map, apply_router_weight_on_input)
+                                         activation, expert_map, apply_router_weight_on_input, workspace13,
+                                         workspace2)
             if log.isEnabledFor(logging.DEBUG):
                 where = (f"tokens={hidden_states.shape[0]} top-k={topk_ids.shape[-1]} experts={w1.shape[0]} "
                          f"N={w1.shape[1]} K={w1.shape[2]} I={w2.shape[2]}")
@@ -214,7 +215,7 @@ def _why_not(experts, hidden_states, w1, w2, topk_ids, expert_map, apply_router_
 
 
 def serve(experts, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, expert_map,
-          apply_router_weight_on_input):
+          apply_router_weight_on_input, workspace13=None, workspace2=None):
     """(True, configs) when FlyDSL computed ``output``, else (None, why not)."""
     torch, active, try_run, family, batch_invariant, record = _serve_deps()
     why = _why_not(experts, hidden_states, w1, w2, topk_ids, expert_map, apply_router_weight_on_input)
@@ -251,17 +252,30 @@ def serve(experts, output, hidden_states, w1, w2, topk_weights, topk_ids, activa
     counts.index_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
     a1 = hidden_states.index_select(0, order // top_k)
-    h1 = hidden_states.new_empty((rows, n))
+    # vLLM's workspaces where they fit, as its own kernel uses them: workspace2 holds W13's
+    # output, then (dead after the activation) the weighted rows; workspace13 the activation.
+    # ``output`` may live in workspace13: nothing is written there after the second GEMM.
+    h1 = _scratch(workspace2, (rows, n), hidden_states)
     why = try_run(family, "grouped_mm_out", (a1, w1.transpose(1, 2), offs), {"cfg": cfg1, "out": h1})
     if why is not None:
         return None, f"FlyDSL {cfg1} cannot run: {why}"
-    h1_act = hidden_states.new_empty((rows, inter))
+    h1_act = _scratch(workspace13, (rows, inter), hidden_states)
     experts.activation(activation, h1_act, h1)
     h2 = hidden_states.new_empty((rows, k))
     why = try_run(family, "grouped_mm_out", (h1_act, w2.transpose(1, 2), offs), {"cfg": cfg2, "out": h2})
     if why is not None:
         return None, f"FlyDSL {cfg2} cannot run: {why}"
-    weighted = hidden_states.new_empty((rows, k))
+    weighted = _scratch(workspace2, (rows, k), hidden_states)
     weighted[order] = (h2.float() * topk_weights.reshape(-1)[order].float()[:, None]).to(dtype)
     experts._finalize_expert_output(weighted.view(tokens, top_k, k), output, topk_ids, expert_map)
     return True, f"{cfg1} + {cfg2}"
+
+
+def _scratch(workspace, shape: tuple, like):
+    """A ``shape`` view of the start of vLLM's ``workspace`` when it is a contiguous tensor of
+    ``like``'s dtype and device with room for it, else a new tensor."""
+    numel = shape[0] * shape[1]
+    if (workspace is not None and workspace.dtype == like.dtype and workspace.device == like.device
+            and workspace.is_contiguous() and workspace.numel() >= numel):
+        return workspace.view(-1)[:numel].view(shape)
+    return like.new_empty(shape)
