@@ -55,7 +55,6 @@ METHOD_MODULE = "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_meth
 TRITON_MODULE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
 CUSTOM_OP_MODULE = "vllm.model_executor.custom_op"
 METHOD_NAME = "UnquantizedFusedMoEMethod"
-EXPERTS_NAME = "FlyDSLTritonExperts"
 WHAT = "fused MoE (TritonExperts)"
 
 _lock = threading.Lock()
