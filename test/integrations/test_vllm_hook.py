@@ -305,7 +305,7 @@ def test_a_bad_TORCH_FLYDSL_VLLM_value_warns_once_and_installs_nothing(env, capl
         torch_flydsl_boot.vllm_register()
     said = [r.getMessage() for r in caplog.records if "TORCH_FLYDSL_VLLM=" in r.getMessage()]
     assert len(said) == 1 and "'perhaps'" in said[0] and said[0].endswith("using the default 0"), caplog.text
-    assert not hook._armed and not hook.installed()
+    assert not hook.armed("reroute") and not hook.installed()
 
 
 # -- the compile-cache key -----------------------------------------------------------------------

@@ -99,8 +99,7 @@ FINGERPRINT_KEY = "TORCH_FLYDSL_FINGERPRINT"
 _PROBE_KEYS = ("CUDA", "CPU", "XPU", "PrivateUse1")
 
 _lock = threading.Lock()
-_armed = False
-_fingerprint_armed = False
+_armed: set = set()  # the names arm() has armed in this process
 _said: set = set()
 
 
@@ -127,32 +126,34 @@ def install_fingerprint() -> None:
     """Add the plugin's fingerprint to vLLM's compile-cache key (idempotent). Done whenever vLLM
     loads the plugin, re-route or not: a graph Inductor lowered with FLYDSL among its GEMM
     backends calls ``torch.ops.torch_flydsl.*`` and must not be reused across plugin changes."""
-    global _fingerprint_armed
+    arm("fingerprint", ENVS_MODULE, _register_fingerprint, "compile-cache fingerprint not added")
+
+
+def arm(name: str, module: str, step: Callable[[], None], what: str) -> bool:
+    """Run ``step`` (guarded: a failure logs ``what`` and the error) once ``module`` has executed,
+    now if it already has. Once per ``name`` per process; False when it was armed before."""
     with _lock:
-        if _fingerprint_armed:
-            return
-        _fingerprint_armed = True
+        if name in _armed:
+            return False
+        _armed.add(name)
     from .. import _import_hook
 
-    _import_hook.when_imported(ENVS_MODULE, lambda: _guarded(
-        _register_fingerprint, "compile-cache fingerprint not added"))
+    _import_hook.when_imported(module, lambda: _guarded(step, what))
+    return True
+
+
+def armed(name: str) -> bool:
+    """Whether ``arm(name, ...)`` ran (and no ``_uninstall`` since)."""
+    return name in _armed
 
 
 def install() -> bool:
     """Arm the re-route (and the cache-key fingerprint) when ``TORCH_FLYDSL_VLLM`` is on.
     Idempotent. Returns whether it is armed. Never raises for a vLLM it cannot hook: it logs."""
-    global _armed
     if not enabled():
         return False
     install_fingerprint()
-    with _lock:
-        if _armed:
-            return True
-        _armed = True
-    from .. import _import_hook
-
-    _import_hook.when_imported(UTILS_MODULE, lambda: _guarded(
-        _reroute, f"{QUALNAME} not re-routed, vLLM's own kernel serves every call"))
+    arm("reroute", UTILS_MODULE, _reroute, f"{QUALNAME} not re-routed, vLLM's own kernel serves every call")
     from . import vllm_moe, vllm_mx
 
     vllm_mx.install()
@@ -217,7 +218,6 @@ def _reroute() -> None:
 
 def _uninstall() -> None:
     """Give every re-routed key back to vLLM's kernel and drop the fingerprint (tests)."""
-    global _armed, _fingerprint_armed
     from . import vllm_moe, vllm_mx
 
     vllm_mx._uninstall()
@@ -226,7 +226,7 @@ def _uninstall() -> None:
         for route in _routes.values():
             route.library._destroy()
         _routes.clear()
-        _armed = _fingerprint_armed = False
+        _armed.clear()
     envs = sys.modules.get(ENVS_MODULE)
     table = getattr(envs, "environment_variables", None)
     if isinstance(table, dict):
@@ -380,7 +380,8 @@ def _register_fingerprint() -> None:
     envs = sys.modules[ENVS_MODULE]
     table = getattr(envs, "environment_variables", None)
     if not isinstance(table, dict) or not callable(getattr(envs, "compile_factors", None)):
-        root = os.path.join(os.path.expanduser(os.environ.get("VLLM_CACHE_ROOT", "~/.cache/vllm")), "torch_compile_cache")
+        cache_root = os.path.expanduser(os.environ.get("VLLM_CACHE_ROOT", "~/.cache/vllm"))
+        root = os.path.join(cache_root, "torch_compile_cache")
         raise RuntimeError(f"this vLLM's compile-cache key has no envs.compile_factors() to carry torch_flydsl's "
                            f"fingerprint: after changing torch_flydsl, flydsl, a TORCH_FLYDSL_* variable or the "
                            f"dispatch table, clear {root}")

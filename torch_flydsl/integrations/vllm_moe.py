@@ -49,7 +49,7 @@ import threading
 from typing import Any, Optional
 
 from .._log import log
-from .vllm import _guarded, _say, guarded_serve
+from .vllm import _say, arm, armed, guarded_serve
 
 METHOD_MODULE = "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method"
 TRITON_MODULE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
@@ -58,7 +58,7 @@ METHOD_NAME = "UnquantizedFusedMoEMethod"
 WHAT = "fused MoE (TritonExperts)"
 
 _lock = threading.Lock()
-_armed = False
+ARM_NAME = "moe"  # its name for integrations.vllm.arm
 
 
 class _State:
@@ -74,15 +74,7 @@ state = _State()
 def install() -> None:
     """Arm the MoE re-route (idempotent): registers the method class when vLLM's unquantized MoE
     method module has executed. Called by ``integrations.vllm.install``."""
-    global _armed
-    with _lock:
-        if _armed:
-            return
-        _armed = True
-    from .. import _import_hook
-
-    _import_hook.when_imported(METHOD_MODULE, lambda: _guarded(
-        _register, "fused MoE layers not re-routed, vLLM's own MoE kernels serve them"))
+    arm(ARM_NAME, METHOD_MODULE, _register, "fused MoE layers not re-routed, vLLM's own MoE kernels serve them")
 
 
 def installed() -> bool:
@@ -106,7 +98,7 @@ def _register() -> None:
     if missing:
         raise RuntimeError(f"this vLLM has no {', '.join(missing)} (the seam torch_flydsl's MoE re-route uses)")
     with _lock:
-        if state.method_class is not None or not _armed:
+        if state.method_class is not None or not armed(ARM_NAME):
             return
         if METHOD_NAME in registry:
             raise RuntimeError(f"another plugin already replaced vLLM's {METHOD_NAME} "
@@ -123,13 +115,12 @@ def _register() -> None:
 
 
 def _uninstall() -> None:
-    """Take the method class out of vLLM's out-of-tree registry and disarm (tests)."""
-    global _armed
+    """Take the method class out of vLLM's out-of-tree registry (tests;
+    ``integrations.vllm._uninstall`` disarms)."""
     with _lock:
         if state.registry is not None and state.registry.get(METHOD_NAME) is state.method_class:
             del state.registry[METHOD_NAME]
         state.method_class = state.registry = None
-        _armed = False
 
 
 def _method_class(method_base: type, experts_base: type, experts_cls: type) -> type:

@@ -63,7 +63,7 @@ import types
 from typing import Any, Optional
 
 from .._log import log
-from .vllm import _guarded, _say, guarded_serve
+from .vllm import _say, arm, armed, guarded_serve
 
 KERNELS_MODULE = "vllm.model_executor.kernels.linear"
 NATIVE_MODULE = "vllm.model_executor.kernels.linear.mxfp8.rocm_native"
@@ -76,7 +76,7 @@ K_ALIGN = 128  # the base serves fp8 weights with dot_scaled only when K % 128 =
 ROUTE_ATTR = "torch_flydsl_mx_route"  # set on each layer at load: whether the table decides per call
 
 _lock = threading.Lock()
-_armed = False
+ARM_NAME = "mxfp8"  # its name for integrations.vllm.arm
 
 
 class _State:
@@ -94,15 +94,7 @@ state = _State()
 def install() -> None:
     """Arm the MXFP8 re-route (idempotent): registers the kernel class when vLLM's linear-kernel
     module has executed. Called by ``integrations.vllm.install`` (``TORCH_FLYDSL_VLLM=1``)."""
-    global _armed
-    with _lock:
-        if _armed:
-            return
-        _armed = True
-    from .. import _import_hook
-
-    _import_hook.when_imported(KERNELS_MODULE, lambda: _guarded(
-        _register, "MXFP8 linear layers not re-routed, vLLM's own MXFP8 kernels serve them"))
+    arm(ARM_NAME, KERNELS_MODULE, _register, "MXFP8 linear layers not re-routed, vLLM's own MXFP8 kernels serve them")
 
 
 def installed() -> bool:
@@ -131,7 +123,7 @@ def _register() -> None:
     if missing:
         raise RuntimeError(f"this vLLM has no {', '.join(missing)} (the seam torch_flydsl's MXFP8 re-route uses)")
     with _lock:
-        if state.kernel_class is not None or not _armed:  # registered, or disarmed since (tests)
+        if state.kernel_class is not None or not armed(ARM_NAME):  # registered, or disarmed since (tests)
             return
         _define_op()
         cls = _kernel_class(base)
@@ -147,15 +139,14 @@ def _register() -> None:
 
 
 def _uninstall() -> None:
-    """Take the kernel class out of vLLM's list and disarm (tests). The op stays defined."""
-    global _armed
+    """Take the kernel class out of vLLM's list (tests; ``integrations.vllm._uninstall``
+    disarms). The op stays defined."""
     with _lock:
         if state.registry is not None:
             kernels, _ = state.registry
             if state.kernel_class in kernels:
                 kernels.remove(state.kernel_class)
         state.kernel_class = state.registry = None
-        _armed = False
 
 
 def _define_op() -> None:
