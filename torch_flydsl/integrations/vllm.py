@@ -240,7 +240,6 @@ def _make_wrapper(original: Callable) -> Callable:
     from .. import dispatch_table, ops
     from ..deploy.record import note_from_env, recording
     from ..registry import family_for
-    from .vllm_mx import batch_invariant
 
     family = family_for("mm")
     half = (torch.bfloat16, torch.float16)
@@ -305,6 +304,19 @@ def _make_wrapper(original: Callable) -> Callable:
 
     rocm_unquantized_gemm_flydsl.original = original  # type: ignore[attr-defined]
     return rocm_unquantized_gemm_flydsl
+
+
+def batch_invariant() -> bool:
+    """vLLM's ``envs.VLLM_BATCH_INVARIANT`` (False where it cannot be read)."""
+    try:
+        envs = sys.modules.get("vllm.envs")
+        if envs is None:
+            import importlib
+
+            envs = importlib.import_module("vllm.envs")
+        return bool(getattr(envs, "VLLM_BATCH_INVARIANT", False))
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def guarded_serve(what: str, serve: Callable, *args) -> tuple:

@@ -49,7 +49,7 @@ import threading
 from typing import Any, Optional
 
 from .._log import log
-from .vllm import _say, arm, armed, guarded_serve
+from .vllm import _say, arm, armed, batch_invariant, guarded_serve
 
 METHOD_MODULE = "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method"
 TRITON_MODULE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
@@ -172,9 +172,8 @@ def _serve_deps():
     from .. import dispatch_table, ops
     from ..deploy import record
     from ..registry import family_for
-    from .vllm_mx import batch_invariant
 
-    return torch, dispatch_table.active, ops.try_run, family_for("grouped_mm"), batch_invariant, record
+    return torch, dispatch_table.active, ops.try_run, family_for("grouped_mm"), record
 
 
 def _why_not(experts, hidden_states, w1, w2, topk_ids, expert_map, apply_router_weight_on_input) -> Optional[str]:
@@ -207,7 +206,7 @@ def _why_not(experts, hidden_states, w1, w2, topk_ids, expert_map, apply_router_
 def serve(experts, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, expert_map,
           apply_router_weight_on_input, workspace13=None, workspace2=None):
     """(True, configs) when FlyDSL computed ``output``, else (None, why not)."""
-    torch, active, try_run, family, batch_invariant, record = _serve_deps()
+    torch, active, try_run, family, record = _serve_deps()
     why = _why_not(experts, hidden_states, w1, w2, topk_ids, expert_map, apply_router_weight_on_input)
     if why is not None:
         return None, why

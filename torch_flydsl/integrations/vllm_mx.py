@@ -63,7 +63,7 @@ import types
 from typing import Any, Optional
 
 from .._log import log
-from .vllm import _say, arm, armed, guarded_serve
+from .vllm import _say, arm, armed, batch_invariant, guarded_serve
 
 KERNELS_MODULE = "vllm.model_executor.kernels.linear"
 NATIVE_MODULE = "vllm.model_executor.kernels.linear.mxfp8.rocm_native"
@@ -166,19 +166,6 @@ def _op_fake(x, weight, weight_scale, bias=None):
 
 
 # -- the kernel class ----------------------------------------------------------------------------
-
-
-def batch_invariant() -> bool:
-    """vLLM's ``envs.VLLM_BATCH_INVARIANT`` (False where it cannot be read)."""
-    try:
-        envs = sys.modules.get("vllm.envs")
-        if envs is None:
-            import importlib
-
-            envs = importlib.import_module("vllm.envs")
-        return bool(getattr(envs, "VLLM_BATCH_INVARIANT", False))
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def routable(weight, weight_scale) -> Optional[str]:
