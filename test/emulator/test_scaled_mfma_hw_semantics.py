@@ -19,6 +19,16 @@ The expectations are built here from AMD's sources, not from the emulator's tabl
   ``exec_f32_scaled_mixed`` (block sums scaled by 2^(sa+sb-254), 0xFF -> NaN). FP6 order and
   6-bit packing come from here (and FlyDSL PR #780's tested MXFP6 x MXFP4 GEMM, which feeds
   each lane a tight 24-byte K=32 chunk).
+* [ck] AMD's Composable Kernel hardware test of these instructions, ROCm/rocm-libraries
+  projects/composablekernel/test/mx_mfma_op/mx_mfma_op.hpp (commit 498ed361; also
+  ROCm/composable_kernel test/mx_mfma_op/): the "Register Mapping" tables and the loaders
+  ``load_A_row_major`` / ``load_B_col_major`` (FP8: 2 chunks of 16, chunk_offset =
+  16 * 64 / M; FP4/FP6: 1 chunk of 32 packed values; FP6 table "Reg 0-2 [0:95] K = 0-15 |
+  Reg 3-5 [0:95] K = 16-31" for lanes 0..M-1), ``load_mx_A_row_major`` (lane t's scale is
+  x[t % M][t / M]) and ``f6_pk_t::pack`` (value i at bit 6*i of the little-endian dword
+  array). mx_mfma_op.cpp runs MXFP6/MXBF6/MXFP8 x both shapes on gfx950 against a CPU
+  reference with random E8M0 scales in [122, 129) per (row, K block). ``_ck_regs`` and
+  ``_ck_scale_operand`` transcribe them.
 """
 
 from __future__ import annotations
@@ -257,9 +267,12 @@ class Case:
         self.sb_lanes = scale_regs(self.sb, M, opsel_b, rng)
         self.expect = reference(self.a, fa, self.b, fb, self.sa, self.sb, self.c.astype(np.float32).astype(np.float64))
 
+    lane_regs = staticmethod(lane_regs)  # how AMD's source at hand fills the A/B registers
+
     def run(self, scales=None):
         got, rep = run_scaled_mfma(
-            self.M, self.fa, self.fb, lane_regs(self.a, self.fa, self.M, "A"), lane_regs(self.b, self.fb, self.M, "B"),
+            self.M, self.fa, self.fb,
+            self.lane_regs(self.a, self.fa, self.M, "A"), self.lane_regs(self.b, self.fb, self.M, "B"),
             self.c_lanes, self.sa_lanes, self.sb_lanes, self.opsel_a, self.opsel_b, scales=scales,
         )
         D = np.full((self.M, self.M), np.nan)
@@ -482,3 +495,129 @@ def test_planted_wrong_semantics_are_caught(bug, monkeypatch):
     if bug == "old_flydsl_atom_order":
         # the old order is exactly right for FP4/FP6 and wrong for every case with an FP8 operand
         assert sorted(failed) == sorted(n for n, _ in _checks() if "fp8" in n)
+
+
+# ---- [ck] AMD Composable Kernel's gfx950 MX-MFMA test: FP6 / FP8 lanes under K-varying scales ----
+#
+# For operands of one format on both sides a K permutation shared by A and B does not change
+# A @ B; what makes the per-lane K order observable is a scale that differs between the K
+# blocks of a row (or a mixed format pair). [ck]'s MXFP6/MXFP8 tests use exactly that (a
+# random E8M0 per (row, block)), so these cases pin the FP6 order and the 32x32x64 FP8 order.
+
+
+def _ck_regs(mat, fmt, M, operand):
+    """[ck] load_A_row_major / load_B_col_major: lane t starts at k = (t / M) * chunk_size and
+    loads num_chunks runs of chunk_size consecutive k, run c starting c * chunk_size * 64 / M
+    further on; FP8/BF8: 2 runs of 16, FP4 and FP6/BF6 (packed types): 1 run of 32. Register
+    value v is the v-th element loaded."""
+    chunk, runs = (32, 1) if FMT_BITS[fmt] < 8 else (16, 2)
+    offset = chunk * 64 // M
+    regs = np.zeros((64, 32), np.uint8)
+    for t in range(64):
+        for c in range(runs):
+            for i in range(chunk):
+                k = (t // M) * chunk + c * offset + i
+                regs[t, c * chunk + i] = mat[t % M, k] if operand == "A" else mat[k, t % M]
+    return regs
+
+
+def _ck_f6_pk_dwords(regs):
+    """[ck] f6_pk_t<.., 32>::pack: value i goes to bit (6 i) % 32 of dword 6 i / 32, its high
+    bits spilling into the next dword; 6 dwords per lane."""
+    out = np.zeros((64, 6), np.uint64)
+    for t in range(64):
+        for i in range(32):
+            pos = 6 * i
+            bits = np.uint64(int(regs[t, i]) & 0x3F) << np.uint64(pos % 32)
+            out[t, pos // 32] |= bits & np.uint64(0xFFFFFFFF)
+            if pos % 32 > 26:
+                out[t, pos // 32 + 1] |= bits >> np.uint64(32)
+    return out.astype(np.uint32)
+
+
+def _ck_scale_operand(codes, M):
+    """[ck] load_mx_A_row_major / load_mx_B_col_major: lane t passes the E8M0 of row (A) /
+    column (B) t % M, K block t / M, as the low byte (opsel 0) of its scale operand."""
+    t = np.arange(64)
+    return codes[t % M, t // M].astype(np.int32)
+
+
+def _k_varying_scales(rng, M, K):
+    """Per row/column a different E8M0 exponent in every K block (2^-6 .. 2^5)."""
+    nblk = K // 32
+    order = np.argsort(rng.random((M, nblk)), axis=1)
+    return 121 + 3 * order + rng.integers(0, 3, (M, 1))
+
+
+class CKCase(Case):
+    """Registers, scale operands and K-varying scales as in [ck]'s MX-MFMA test."""
+
+    lane_regs = staticmethod(_ck_regs)
+
+    def __init__(self, M, fa, fb, seed):
+        rng = np.random.default_rng(seed)
+        K = SHAPES[M]
+        super().__init__(M, fa, fb, seed=seed, sa=_k_varying_scales(rng, M, K), sb=_k_varying_scales(rng, M, K))
+        self.sa_lanes, self.sb_lanes = _ck_scale_operand(self.sa, M), _ck_scale_operand(self.sb, M)
+
+
+# [ck] tests each format against itself; a mixed pair takes each operand's table for its own
+# cbsz / blgp format ([blog]: "FP4, FP6 or FP8 can be used independently for A and B").
+CK_PAIRS = [
+    ("fp6_e2m3", "fp6_e2m3"),
+    ("fp6_e3m2", "fp6_e3m2"),
+    ("fp6_e2m3", "fp6_e3m2"),
+    ("fp8_e4m3", "fp8_e4m3"),
+    ("fp8_e5m2", "fp8_e5m2"),
+    ("fp8_e4m3", "fp6_e2m3"),
+    ("fp6_e3m2", "fp8_e5m2"),
+    ("fp6_e2m3", "fp4_e2m1"),
+    ("fp4_e2m1", "fp4_e2m1"),
+]
+
+
+def _ck_cases():
+    return [(f"{M} {fa}x{fb}", CKCase(M, fa, fb, seed=100 + 7 * M + i)) for M in (16, 32) for i, (fa, fb) in enumerate(CK_PAIRS)]
+
+
+@pytest.mark.parametrize("M", [16, 32])
+@pytest.mark.parametrize("fa, fb", CK_PAIRS)
+def test_fp6_and_fp8_lanes_under_k_varying_scales_match_ck(M, fa, fb):
+    """[ck] register tables for v_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4: FP6/BF6 lane t
+    holds k = 32 (t / M) .. +31 (VGPRs 0-2 the first 16, VGPRs 3-5 the next 16, 6-bit fields
+    LSB first), FP8/BF8 two runs of 16 (k = 16 (t / M) + i and K/2 further on), every row's K
+    blocks scaled differently, scale of row/col t % M, block t / M in lane t."""
+    case = CKCase(M, fa, fb, seed=100 + 7 * M + CK_PAIRS.index((fa, fb)))
+    for fmt, mat, op in ((fa, case.a, "A"), (fb, case.b, "B")):
+        if FMT_BITS[fmt] == 6:  # the image the emulator gets is f6_pk_t's
+            regs = _ck_regs(mat, fmt, M, op)
+            assert np.array_equal(pack(regs, 6), _ck_f6_pk_dwords(regs).view(np.uint8))
+    D, rep = case.run()
+    assert rep.findings == []
+    assert case.matches(D), f"max |err| {np.nanmax(np.abs(D - case.expect))}"
+
+
+def _fp8_32x32x64_in_fp4_order(m, k, bits):
+    """Issue 23 item 12's description: 32x32x64 FP8 with the FP4 order (32 consecutive k)."""
+    return _old_flydsl_atom_order(m, k, bits) if (m, bits) == (32, 8) else _REAL_LAYOUT(m, k, bits)
+
+
+def _fp6_in_fp8_two_runs(m, k, bits):
+    """Triton's chooseScaledMfmaScaleLayout comment read literally ("for mxfp6/mxfp8, there are
+    2 16-consecutive elements blocks, so 2 scale elements are required"): FP6 as FP8."""
+    return _REAL_LAYOUT(m, k, 8 if bits == 6 else bits)
+
+
+@pytest.mark.parametrize(
+    "model, fails",
+    [
+        (_fp8_32x32x64_in_fp4_order, lambda name: name.startswith("32 ") and "fp8" in name),
+        (_fp6_in_fp8_two_runs, lambda name: "fp6" in name),
+    ],
+    ids=["fp8_32x32x64_in_fp4_order", "fp6_in_fp8_two_runs"],
+)
+def test_models_that_contradict_ck_fail_exactly_their_cases(model, fails, monkeypatch):
+    monkeypatch.setattr(mfma_mod, "scaled_mfma_operand_layout", model)
+    cases = _ck_cases()
+    failed = sorted(name for name, case in cases if not case.matches(case.run()[0]))
+    assert failed == sorted(name for name, _ in cases if fails(name))

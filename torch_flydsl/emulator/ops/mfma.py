@@ -152,6 +152,15 @@ def _full(x, lanes):
 # its own data. Per block, D += 2^(sa-127) * 2^(sb-127) * sum_k A*B; 0xFF (NaN) -> NaN.
 # FlyDSL 0.5.0's MFMA_Scale atom describes every format as 32 consecutive k (= the FP4/FP6
 # order); for FP8/BF8 the hardware order above wins.
+# Per source: FP8 at 32x32x64 = the ROCm blog's HIP loads (a_reg[i*16+j] = A[t%32][i*32 +
+# (t/32)*16 + j]); FP8 and FP6 at both shapes = AMD Composable Kernel's gfx950 MX-MFMA test
+# (rocm-libraries projects/composablekernel/test/mx_mfma_op/mx_mfma_op.hpp, "Register Mapping"
+# tables: FP6 VGPRs 0-2 hold k = 32g..32g+15 and VGPRs 3-5 k = 32g+16..32g+31, 6-bit fields LSB
+# first as f6_pk_t packs them; a device test with a random E8M0 per row and K block) and
+# rocjitsu's input_loc. Triton's chooseScaledMfmaScaleLayout comment groups mxfp6 with mxfp8
+# ("2 16-consecutive elements blocks"); Triton has no mxfp6 path and CK's tested table says
+# otherwise, so FP6 is 32 consecutive here. For one format on both sides the K order only shows
+# through scales that vary along K (or a mixed format pair).
 
 _FORMATS = {  # matrix_format attribute -> (bits, decoder format)
     "fp8_e4m3": (8, "f8E4M3FN"),
