@@ -43,7 +43,7 @@ import os
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Union
+from typing import Callable, Iterable, Optional, Union
 
 FORMAT = "torch-flydsl-dispatch-table"
 VERSION = 1
@@ -220,14 +220,15 @@ class DispatchTable:
         return {"format": FORMAT, "version": VERSION, "arch": self.arch,
                 "entries": [e.to_json() for e in self.entries]}
 
-    def save(self, path: Union[str, Path]) -> Path:
-        """Write atomically (a reader never sees half a file)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
-        os.replace(tmp, path)
-        return path
+    def text(self) -> str:
+        return json.dumps(self.to_json(), indent=1) + "\n"
+
+    def save(self, path: Union[str, Path], mode: Optional[int] = None) -> Path:
+        """Write atomically (a reader, or a crash, never leaves half a file); ``mode``: the
+        file's permission bits (default: the old file's)."""
+        from .deploy.files import atomic_write
+
+        return atomic_write(path, self.text(), mode)
 
     def merged(self, newer: Iterable[Entry]) -> "DispatchTable":
         """This table with ``newer`` entries replacing any entry for the same shape."""
@@ -251,6 +252,31 @@ def parse(doc, where: str = "<table>") -> DispatchTable:
         raise TableError(f"{where}: \"entries\" must be a list")
     return DispatchTable([_entry(raw, f"{where}: entries[{i}]") for i, raw in enumerate(entries)], arch,
                          Path(where) if where != "<table>" else None)
+
+
+def merge_into(path: Union[str, Path], entries: Iterable[Entry], mode: Optional[int] = None,
+               on_unusable: Optional[Callable[[TableError], None]] = None) -> DispatchTable:
+    """Merge ``entries`` into the table file ``path`` (``DispatchTable.merged``), re-reading it
+    under its lock so that concurrent writers keep each other's entries. A file that is not a
+    usable table is replaced, after ``on_unusable(error)`` (default: raise the ``TableError``)."""
+    from .deploy.files import update
+
+    entries, target = list(entries), Path(path)
+    result: list = []
+
+    def rewrite() -> str:
+        try:
+            old = load(target) if target.is_file() and target.stat().st_size else DispatchTable()
+        except TableError as e:
+            if on_unusable is None:
+                raise
+            on_unusable(e)
+            old = DispatchTable()
+        result.append(old.merged(entries))
+        return result[0].text()
+
+    update(target, rewrite, mode)
+    return result[0]
 
 
 def load(path: Union[str, Path]) -> DispatchTable:

@@ -67,7 +67,9 @@ def _flydsl_cache_label() -> str:
 
 
 def _precompiled() -> str:
-    """The deployment cache's manifest in one line (never raises)."""
+    """The deployment cache's manifest in one line (never raises): a damaged manifest, or a
+    binary that is not the one recorded (size, SHA-256) or that others could have written, is
+    named with what is wrong."""
     from .deploy import manifest as mf
     from .deploy.run_only import whole_cache_decline
     from .runtime.cache import deployment_dir
@@ -75,12 +77,19 @@ def _precompiled() -> str:
     try:
         man = mf.read(deployment_dir())
     except (mf.ManifestError, OSError) as e:
-        return f"unreadable: {e}"
+        return f"unreadable, none loadable: {e}"
     if not man.kernels:
         return f"none in {man.directory} (python -m torch_flydsl precompile --spec FILE)"
-    held = sum(man.holds(k) for k in man.kernels)
+    refused = [why for why in map(man.why_not_held, man.kernels) if why]
+    held = len(man.kernels) - len(refused)
     why = whole_cache_decline(man)
-    usable = "loadable here" if why is None else "NOT loadable here: built by another FlyDSL toolchain or ROCm bitcode"
+    if why is not None:
+        usable = f"NOT loadable here: {why.removeprefix('TORCH_FLYDSL_RUN_ONLY=1 and ')}"
+    elif refused:
+        more = f" (+{len(refused) - 1} more)" if len(refused) > 1 else ""
+        usable = f"{'the others loadable here; ' if held else ''}refused: {refused[0]}{more}"
+    else:
+        usable = "loadable here"
     return f"{held} of {len(man.kernels)} listed in {man.path} ({usable})"
 
 

@@ -9,18 +9,30 @@ a deployment cache directory that a process on an MI350 loads without compiling:
 
 A kernel is one binary per variant (dense: config, dtype, layout, bias, K tail; MX: config,
 formats, output dtype, bias; grouped: config, dtype, B's major): shapes that share one are built
-once. Ops: ``mm`` (and addmm), MX ``scaled_mm``/``scaled_mm_v2``, ``grouped_mm`` (MoE forward). A kernel the manifest already lists (binary present, same toolchain) is skipped, so
-a second run compiles nothing. FlyDSL keys binaries by the ROCm device bitcode too: on a machine
-without the deployment's ROCm, pass ``--rocm-path`` (its root, or a copy of its ``amdgcn/``).
+once. Ops: ``mm`` (and addmm), MX ``scaled_mm``/``scaled_mm_v2``, ``grouped_mm`` (MoE forward).
+A kernel the manifest already lists (binary intact: size and SHA-256 as recorded, same
+toolchain) is skipped, so a second run compiles nothing; a damaged manifest, table or binary is
+named in a warning and rebuilt. Each finished kernel is recorded in the manifest at once (under
+its lock, merged with what concurrent runs wrote), so an interrupted run loses nothing it built.
+FlyDSL keys binaries by the ROCm device bitcode too: on a machine without the deployment's ROCm,
+pass ``--rocm-path`` (its root, or a copy of its ``amdgcn/``).
+
+Exit status: 0 when every kernel the spec needs is in the cache; 1 when nothing could be built,
+or a kernel failed or a table entry's config does not fit its shape (``--allow-partial``
+accepts those two when something was built); 2 for a bad spec, an unusable cache directory or
+FlyDSL unusable.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from .spec import Spec
 
@@ -56,6 +68,27 @@ def plan_units(spec: Spec) -> tuple[dict, list]:
     return units, declined
 
 
+class _Warnings(logging.Handler):
+    """FlyDSL's log warnings during one build: it logs (and swallows) a failed disk-cache write."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list = []
+
+    def emit(self, record) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _no_binary_reason(flydsl_dir: str, said: list) -> str:
+    full = os.strerror(errno.ENOSPC)  # "No space left on device"
+    for msg in said:
+        if full in msg or "Errno 28" in msg:
+            return f"no space left on device: FlyDSL could not write the binary into {flydsl_dir} ({msg})"
+    if said:
+        return f"FlyDSL left no binary in {flydsl_dir}: {said[-1]}"
+    return f"FlyDSL left no binary in {flydsl_dir} (its disk cache may be off)"
+
+
 def _build(job: tuple) -> dict:
     """Compile one kernel into FlyDSL's disk cache (runs in a worker process with --jobs > 1)."""
     op, cfg_key, problem, has_bias, flydsl_dir, rocm_root = job
@@ -65,6 +98,9 @@ def _build(job: tuple) -> dict:
     impl = family_for(op).impl()
     cfg = type(impl.curated()[0]).from_key(cfg_key)
     t0 = time.perf_counter()
+    said = _Warnings()
+    flydsl_log = logging.getLogger("flydsl")
+    flydsl_log.addHandler(said)
     try:
         import flydsl.compiler as flyc
 
@@ -74,19 +110,54 @@ def _build(job: tuple) -> dict:
             path = disk_cache_file(jit_fn, flydsl_dir)
             key = toolchain_key()
     except Exception as e:  # FlyDSL raises many types; the summary shows it
-        return {"error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - t0}
+        why = f"{type(e).__name__}: {e}"
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            from .files import describe
+
+            why = describe(e, flydsl_dir)
+        return {"error": why, "seconds": time.perf_counter() - t0}
+    finally:
+        flydsl_log.removeHandler(said)
     if path is None or not path.is_file():
-        return {"error": f"FlyDSL left no binary in {flydsl_dir} (its disk cache may be off)",
-                "seconds": time.perf_counter() - t0}
+        return {"error": _no_binary_reason(flydsl_dir, said.messages), "seconds": time.perf_counter() - t0}
     return {"file": str(path), "toolchain": key, "seconds": time.perf_counter() - t0}
 
 
+def _warn(message: str) -> None:
+    print(f"precompile: warning: {message}", file=sys.stderr, flush=True)
+
+
+def _read_manifest(cache_dir: Path, warn: Callable[[str], None]):
+    from . import manifest as mf
+
+    try:
+        return mf.read(cache_dir)
+    except mf.ManifestError as e:
+        warn(f"{e}; it is replaced, and every kernel of the spec is built again")
+        return mf.Manifest(cache_dir)
+
+
+def _discard(path: Path, why: str, warn: Callable[[str], None]) -> None:
+    """Remove a binary that is not the one recorded before rebuilding it: FlyDSL would otherwise
+    load it (unpickle it) instead of compiling."""
+    warn(f"{why}; rebuilding it")
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
 def precompile(spec: Spec, cache_dir: Path, jobs: int = 1, rocm_path: Optional[str] = None,
-               progress: bool = True) -> tuple[dict, list, Path]:
-    """Build what ``spec`` needs into ``cache_dir``; ``(units, declined, manifest path)``."""
+               progress: bool = True, shared: bool = False,
+               warn: Callable[[str], None] = _warn) -> tuple[dict, list, Path]:
+    """Build what ``spec`` needs into ``cache_dir``; ``(units, declined, manifest path)``.
+    ``cache_dir.CacheDirError`` when the directory cannot be used; ``shared``: group-readable
+    files (``cache_dir.SHARED``)."""
     from .. import _version
     from ..runtime.compile import CompileError, cache_filling_env, rocm_root_for, toolchain_key
     from ..runtime.probe import flydsl_info
+    from ..runtime.trust import sha256_of
+    from . import cache_dir as cd
     from . import manifest as mf
 
     info = flydsl_info()
@@ -99,46 +170,81 @@ def precompile(spec: Spec, cache_dir: Path, jobs: int = 1, rocm_path: Optional[s
                            "(flydsl.compiler.jit_function._disk_cache_key), so precompile cannot tell which binary "
                            "a kernel is; it needs flydsl 0.5 (the release it is tested with)") from None
     cache_dir = Path(cache_dir).expanduser().resolve()
-    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    flydsl_dir = cache_dir / "flydsl"
-    flydsl_dir.mkdir(exist_ok=True, mode=0o700)
+    perms = cd.SHARED if shared else cd.PRIVATE
+    flydsl_dir = cd.prepare(cache_dir, perms)
     rocm_root = rocm_root_for(rocm_path)
     with cache_filling_env(str(flydsl_dir), rocm_root=rocm_root):
         here = toolchain_key()
-    man = mf.read(cache_dir)
+    man = _read_manifest(cache_dir, warn)
     if man.toolchain and here and man.toolchain != here:
         man.kernels = {}  # built by another toolchain: FlyDSL would not load them; start over
-    man.toolchain, man.flydsl, man.plugin = here, info.version, _version.__version__
+
+    def stamp(m: mf.Manifest) -> None:
+        if m.toolchain and here and m.toolchain != here:
+            m.kernels = {}  # as above, for a manifest another run rewrote meanwhile
+        m.toolchain, m.flydsl, m.plugin = here, info.version, _version.__version__
 
     units, declined = plan_units(spec)
     todo = []
     for unit in units.values():
-        if man.holds(unit.id):
+        why = man.why_not_held(unit.id) if unit.id in man.kernels else None
+        if unit.id in man.kernels and why is None:
             unit.status = "cached"
-        else:
-            todo.append(unit)
-    jobs_args = [(u.family, u.cfg.key(), u.problem, u.has_bias, str(flydsl_dir), rocm_root) for u in todo]
-    results = _run(jobs_args, jobs, progress)
-    for unit, res in zip(todo, results):
+            continue
+        if why:
+            _discard(man.binary(unit.id), why, warn)
+        todo.append(unit)
+
+    def finished(i: int, res: dict) -> None:
+        """One kernel done: recorded in the manifest now, so an interrupted run keeps it."""
+        unit = todo[i]
         unit.seconds = res["seconds"]
         if "error" in res:
             unit.status, unit.error = "failed", res["error"]
-            continue
+            return
+        binary = Path(res["file"])
+        try:
+            if shared:
+                cd.chmod_owned(binary, perms)
+            entry = mf.KernelEntry(os.path.relpath(binary, cache_dir), binary.stat().st_size, sha256_of(binary),
+                                   round(res["seconds"], 2), sorted(set(unit.shapes)))
+
+            def add(m: mf.Manifest) -> None:
+                stamp(m)
+                old = m.kernels.get(unit.id)
+                if old is not None:
+                    entry.shapes = sorted(set(old.shapes + entry.shapes))
+                m.kernels[unit.id] = entry
+
+            mf.update(cache_dir, add, perms.files)
+        except OSError as e:
+            from .files import describe
+
+            unit.status, unit.error = "failed", f"built, but not recorded in the manifest: {describe(e)}"
+            return
         unit.status = "compiled"
-        man.kernels[unit.id] = {"file": os.path.relpath(res["file"], cache_dir), "seconds": round(res["seconds"], 2),
-                                "shapes": sorted(set(man.kernels.get(unit.id, {}).get("shapes", []) + unit.shapes))}
-    for unit in units.values():
-        if unit.status == "cached":
-            entry = man.kernels[unit.id]
-            entry["shapes"] = sorted(set(entry.get("shapes", []) + unit.shapes))
-    path = man.save()
+
+    jobs_args = [(u.family, u.cfg.key(), u.problem, u.has_bias, str(flydsl_dir), rocm_root) for u in todo]
+    _run(jobs_args, jobs, progress, finished)
+
+    cached = [u for u in units.values() if u.status == "cached"]
+    if any(set(u.shapes) - set(man.kernels[u.id].shapes) for u in cached):
+        def note_shapes(m: mf.Manifest) -> None:
+            stamp(m)
+            for u in cached:
+                if u.id in m.kernels:
+                    m.kernels[u.id].shapes = sorted(set(m.kernels[u.id].shapes + u.shapes))
+
+        mf.update(cache_dir, note_shapes, perms.files)
     if spec.table is not None and len(spec.table):
         from .. import dispatch_table as dt
 
         target = cache_dir / dt.FILE_NAME
-        old = dt.load(target) if target.is_file() else dt.DispatchTable()
-        old.merged(spec.table.entries).save(target)
-    return units, declined, path
+        dt.merge_into(target, spec.table.entries, perms.files,
+                      on_unusable=lambda e: warn(f"{e}; it is replaced by the spec's entries"))
+    if shared:
+        cd.chmod_tree(cache_dir, perms)  # FlyDSL's files and dirs, the manifest, the table, the locks
+    return units, declined, cache_dir / mf.FILE_NAME
 
 
 class _NoBar:
@@ -152,7 +258,9 @@ class _NoBar:
         pass
 
 
-def _run(jobs_args: list, jobs: int, progress: bool) -> list:
+def _run(jobs_args: list, jobs: int, progress: bool, on_done: Optional[Callable[[int, dict], None]] = None) -> list:
+    """Build every job; ``on_done(i, result)`` as each one finishes (in this process)."""
+    done = on_done or (lambda i, res: None)
     if progress and jobs_args:
         from tqdm import tqdm
 
@@ -165,6 +273,7 @@ def _run(jobs_args: list, jobs: int, progress: bool) -> list:
             for i, job in enumerate(jobs_args):
                 bar.set_postfix_str(job[1], refresh=False)
                 results[i] = _build(job)
+                done(i, results[i])
                 bar.update()
             return results
         import multiprocessing
@@ -179,6 +288,7 @@ def _run(jobs_args: list, jobs: int, progress: bool) -> list:
                     results[i] = fut.result()
                 except Exception as e:  # a worker that died (out of memory, ...)
                     results[i] = {"error": f"worker failed: {type(e).__name__}: {e}", "seconds": 0.0}
+                done(i, results[i])
                 bar.set_postfix_str(jobs_args[i][1], refresh=False)
                 bar.update()
         return results
@@ -186,7 +296,10 @@ def _run(jobs_args: list, jobs: int, progress: bool) -> list:
         bar.close()
 
 
-def summary(units: dict, declined: list, manifest_path: Path, seconds: float, verbose: bool = False) -> str:
+def summary(units: dict, declined: list, manifest_path: Path, seconds: float, verbose: bool = False,
+            table: bool = False) -> str:
+    """The results table and what was not built; ``table``: the spec is a dispatch table, whose
+    every unfit entry is named with its config (a shapes spec's unfit pairs are counted)."""
     from tabulate import tabulate
 
     rows = []
@@ -194,12 +307,13 @@ def summary(units: dict, declined: list, manifest_path: Path, seconds: float, ve
         rows.append((u.cfg.key(), "/".join(u.id.split("/")[2:]), len(u.shapes), u.status,
                      f"{u.seconds:.1f}" if u.status != "cached" else "-"))
     lines = [tabulate(rows, headers=["config", "kernel variant", "shapes", "status", "seconds"])]
-    unfit = [(label, why) for label, cfg, why in declined if cfg is not None]
+    unfit = [(label, cfg, why) for label, cfg, why in declined if cfg is not None]
     for label, cfg, why in declined:
         if cfg is None:  # the whole shape: always said
             lines.append(f"not built: {label}: {why}")
-    if unfit and verbose:
-        lines.extend(f"not built: {label}: {why}" for label, why in unfit)
+    if unfit and (verbose or table):
+        lines.extend(f"not built: {label}: {why if cfg.key() in str(why) else f'config {cfg.key()}: {why}'}"
+                     for label, cfg, why in unfit)
     elif unfit:
         lines.append(f"{len(unfit)} (shape, config) pair(s) of the spec's breadth do not fit and were not built "
                      "(--verbose lists them; `explain mm M N K` says why for one shape)")
@@ -214,8 +328,24 @@ def summary(units: dict, declined: list, manifest_path: Path, seconds: float, ve
     return "\n".join(lines)
 
 
+def exit_status(spec: Spec, units: dict, declined: list, allow_partial: bool) -> tuple[int, str]:
+    """``(status, why)``: 1 when nothing is in the cache for the spec, or (unless
+    ``allow_partial``) a kernel failed or a table entry's config does not fit."""
+    if not any(u.status in ("compiled", "cached") for u in units.values()):
+        return 1, f"nothing was built for {spec.path}: every kernel it needs failed or does not fit (see above)"
+    failed = sum(u.status == "failed" for u in units.values())
+    unfit = sum(cfg is not None for _, cfg, _ in declined) if spec.table is not None else 0
+    if (failed or unfit) and not allow_partial:
+        what = ", ".join(x for x in (f"{failed} kernel(s) failed" if failed else "",
+                                     f"{unfit} table entr(y/ies) name a config that does not fit" if unfit else "") if x)
+        return 1, f"{what} (--allow-partial accepts a partial cache)"
+    return 0, ""
+
+
 def main(args) -> int:
     from ..runtime.compile import CompileError
+    from .cache_dir import CacheDirError
+    from .files import describe
     from .spec import SpecError, load
 
     try:
@@ -231,19 +361,28 @@ def main(args) -> int:
         cache_dir = deployment_dir()
     t0 = time.perf_counter()
     try:
-        units, declined, path = precompile(spec, cache_dir, args.jobs, args.rocm_path, progress=not args.quiet)
-    except CompileError as e:
+        units, declined, path = precompile(spec, cache_dir, args.jobs, args.rocm_path, progress=not args.quiet,
+                                           shared=args.shared)
+    except (CompileError, CacheDirError) as e:
         print(f"precompile: {e}")
         return 2
-    print(summary(units, declined, path, time.perf_counter() - t0, args.verbose))
+    except OSError as e:  # a write of ours (the manifest, the table) on a disk that filled meanwhile
+        print(f"precompile: cannot write the cache: {describe(e)}")
+        return 2
+    print(summary(units, declined, path, time.perf_counter() - t0, args.verbose, spec.table is not None))
     if not args.cache_dir and not os.environ.get("TORCH_FLYDSL_CACHE_DIR"):
         print(f"(a run on this machine reads it from there; elsewhere set TORCH_FLYDSL_CACHE_DIR={path.parent})")
-    return 1 if any(u.status == "failed" for u in units.values()) else 0
+    status, why = exit_status(spec, units, declined, args.allow_partial)
+    if why:
+        print(f"precompile: {why}")
+    return status
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("precompile", help="build gfx950 kernels for a spec ahead of time (compile-only, any machine)")
-    p.add_argument("--spec", required=True, help="a dispatch table or a shapes file (see `record`)")
+    p.add_argument("--spec", required=True,
+                   help="a dispatch table, or a shapes file (torch_flydsl.deploy.record.record_shapes() or "
+                        "TORCH_FLYDSL_RECORD_SHAPES=FILE writes one)")
     p.add_argument("--cache-dir", default=None,
                    help="deployment cache to fill (default: TORCH_FLYDSL_CACHE_DIR, else under Inductor's cache dir)")
     p.add_argument("--jobs", type=int, default=1, help="parallel compile processes (default 1)")
@@ -252,6 +391,11 @@ def add_parser(sub) -> None:
     p.add_argument("--rocm-path", default=None,
                    help="the deployment's ROCm root (or a copy of its amdgcn/ tree): FlyDSL keys binaries by its "
                         "device bitcode, so build with the same bitcode the MI350 machine has")
+    p.add_argument("--shared", action="store_true",
+                   help="group-readable cache (directories 0750, files 0640) for a serving user other than the "
+                        "builder (default: 0700/0600, this user only)")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="exit 0 even when some kernels failed or table entries do not fit (something must be built)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="list every (shape, config) pair that does not fit")
     p.set_defaults(fn=main)

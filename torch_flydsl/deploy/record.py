@@ -7,7 +7,7 @@ Two ways:
 - ``TORCH_FLYDSL_RECORD_SHAPES=FILE`` records, in every process, each GEMM shape that reaches
   the plugin: Inductor nodes it is offered (``torch.compile`` with max-autotune) and calls of the
   vLLM re-routes (unquantized linear layers as ``mm``, MXFP8 linear layers as ``scaled_mm``).
-  Each process merges its shapes into ``FILE`` at exit, under a file lock.
+  Each process merges its shapes into ``FILE`` at exit, under a file lock, atomically.
 
 Shapes in a dtype or layout the dense family cannot take are left out (counted in
 ``Recorder.skipped``).
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..dispatch_table import _ENV_DATA
-from .spec import Shape, SpecError, write_shapes
+from .spec import Shape, SpecError
 
 ENV = "TORCH_FLYDSL_RECORD_SHAPES"
 _DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16"}
@@ -65,23 +65,23 @@ class Recorder:
                 self.shapes[shape] = self.shapes.get(shape, 0) + 1
 
     def save(self, path, breadth: str = "curated") -> Path:
-        """Merge into ``path`` (keeping the shapes already there) under an exclusive lock."""
-        import fcntl
-
-        from .spec import load
+        """Merge into ``path`` (keeping the shapes already there) under an exclusive lock, and
+        atomically: a failed write (a full disk) leaves the shapes recorded before."""
+        from .files import update
+        from .spec import load, shapes_text
 
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_name(path.name + ".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+
+        def merged() -> str:
             known = []
             if path.is_file() and path.stat().st_size:
                 try:
                     known = [w.shape for w in load(path).work]
                 except SpecError:
                     known = []  # not a shapes file: replaced, as the caller asked
-            merged = list(dict.fromkeys(known + sorted(self.shapes, key=lambda s: s.label())))
-            return write_shapes(path, merged, breadth)
+            return shapes_text(list(dict.fromkeys(known + sorted(self.shapes, key=lambda s: s.label()))), breadth)
+
+        return update(path, merged)
 
 
 @contextlib.contextmanager

@@ -32,9 +32,16 @@ def _toolchain(rocm_path: Optional[str]) -> Optional[str]:
 
 def whole_cache_decline(manifest) -> Optional[str]:
     """Why no kernel of ``manifest`` can load in this process (None: they can)."""
+    from ..runtime.trust import untrusted
+    from .manifest import BINARIES
+
     if not manifest.kernels:
         return (f"TORCH_FLYDSL_RUN_ONLY=1 and {manifest.path} lists no precompiled kernels (build them with "
                 "`python -m torch_flydsl precompile --spec FILE --cache-dir DIR` and set TORCH_FLYDSL_CACHE_DIR=DIR)")
+    why = untrusted(manifest.path) or untrusted(manifest.directory / BINARIES)
+    if why:
+        return (f"TORCH_FLYDSL_RUN_ONLY=1 and the precompiled cache {manifest.directory} is not trusted: {why}; "
+                "its binaries are pickles, so whoever can write there could run code in this process")
     here = _toolchain(os.environ.get("ROCM_PATH"))
     if manifest.toolchain and here and manifest.toolchain != here:
         return (f"TORCH_FLYDSL_RUN_ONLY=1 and the kernels in {manifest.directory} were built by another FlyDSL "
@@ -44,9 +51,17 @@ def whole_cache_decline(manifest) -> Optional[str]:
     return None
 
 
+def _warn(reason: str) -> str:
+    """``reason``, warned once per process (a refused cache must be seen, not only explained)."""
+    from torch_flydsl_boot import warn_once
+
+    warn_once(f"run-only: {reason}", reason)
+    return reason
+
+
 def gate(impl, problem, fitting: list, declined: list, has_bias: Optional[bool] = None) -> tuple[list, list]:
-    """``(fitting, declined)`` with every config whose kernel is not precompiled moved to
-    ``declined`` when run-only mode is on (unchanged otherwise)."""
+    """``(fitting, declined)`` with every config whose kernel is not precompiled (or whose binary
+    is damaged or untrusted) moved to ``declined`` when run-only mode is on (unchanged otherwise)."""
     if not config.run_only() or not fitting:
         return fitting, declined
     from . import manifest as mf
@@ -55,18 +70,27 @@ def gate(impl, problem, fitting: list, declined: list, has_bias: Optional[bool] 
     try:
         man = mf.current(cache_dir())
         whole = whole_cache_decline(man)
+        if whole and man.kernels:
+            _warn(whole)
     except (mf.ManifestError, OSError) as e:
-        whole = f"TORCH_FLYDSL_RUN_ONLY=1 and the precompiled cache cannot be read: {e}"
+        whole = _warn(f"TORCH_FLYDSL_RUN_ONLY=1 and the precompiled cache cannot be used: {e}")
     kept, out = [], list(declined)
     for cfg in fitting:
         if whole:
             out.append((cfg, Decline("run-only", f"{cfg.key()}: {whole}")))
-        elif variant is None:
+            continue
+        if variant is None:
             out.append((cfg, Decline("run-only", f"{cfg.key()}: TORCH_FLYDSL_RUN_ONLY=1 and this family has no "
                                                  "precompile support yet, so its kernels would compile at run time")))
-        elif not man.holds(variant(cfg, problem, has_bias)):
-            out.append((cfg, Decline("run-only", f"{cfg.key()}: TORCH_FLYDSL_RUN_ONLY=1 and kernel "
-                                                 f"{variant(cfg, problem, has_bias)} is not in {man.path}")))
-        else:
+            continue
+        unit = variant(cfg, problem, has_bias)
+        why = man.why_not_held(unit)
+        if why is None:
             kept.append(cfg)
+            continue
+        if unit in man.kernels:  # listed but damaged, replaced or untrusted: refused, and said
+            why = _warn(f"TORCH_FLYDSL_RUN_ONLY=1 and the binary of kernel {unit} is refused: {why}")
+        else:
+            why = f"TORCH_FLYDSL_RUN_ONLY=1 and {why}"
+        out.append((cfg, Decline("run-only", f"{cfg.key()}: {why}")))
     return kept, out

@@ -219,10 +219,14 @@ def load(path, breadth: Optional[str] = None) -> Spec:
                        for i, raw in enumerate(shapes)])
 
 
-def write_shapes(path, shapes, breadth: str = "curated") -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def shapes_text(shapes, breadth: str = "curated") -> str:
     doc = {"format": SHAPES_FORMAT, "version": SHAPES_VERSION, "breadth": breadth,
            "shapes": [s.to_json() for s in shapes]}
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    return path
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def write_shapes(path, shapes, breadth: str = "curated") -> Path:
+    """Write a shapes file atomically (an error mid-write leaves the old file whole)."""
+    from .files import atomic_write
+
+    return atomic_write(path, shapes_text(shapes, breadth))

@@ -3,7 +3,7 @@
 With ``TORCH_FLYDSL_RECORD_WINNERS=FILE``, every mm/addmm that Inductor autotunes in this
 process with a FlyDSL choice among its candidates, and where a FlyDSL config wins, becomes a
 table entry (the shape, the winning config and its benchmarked time); at exit the entries are
-merged into ``FILE`` under a file lock (a later entry for the same shape replaces an older one).
+merged into ``FILE`` under a file lock, atomically (a later entry for the same shape replaces an older one).
 Run the model under ``torch.compile(mode="max-autotune")`` with FLYDSL among the GEMM backends
 on the MI350; the table then serves callers that do not autotune (the vLLM re-route).
 
@@ -82,17 +82,9 @@ def _save(path: str) -> None:
     try:
         if not _entries:
             return
-        import fcntl
-        from pathlib import Path
-
         from .. import dispatch_table as dt
 
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target.with_name(target.name + ".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            old = dt.load(target) if target.is_file() and target.stat().st_size else dt.DispatchTable()
-            old.merged(list(_entries.values())).save(target)
+        dt.merge_into(path, list(_entries.values()))  # under the file's lock, re-read first
     except Exception as e:  # noqa: BLE001
         from torch_flydsl_boot import warn_once
 
