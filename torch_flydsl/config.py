@@ -68,6 +68,7 @@ KNOBS = (
     Knob("TORCH_FLYDSL_EAGER", "1", "0 (or false/no/off) leaves the eager overrides (rms_norm, MXFP8 grouped GEMM, ...) unregistered: read at start-up; torch_flydsl.eager_enabled() reports it, torch_flydsl.disabled() switches them off per thread at run time."),
     Knob("TORCH_FLYDSL_CACHE_DIR", "", "Directory of the plugin's deployment cache: `precompile` writes gfx950 binaries (flydsl/) and their manifest.json there, and a run reads them (and dispatch_table.json) from there. Unset: under Inductor's cache dir (TORCHINDUCTOR_CACHE_DIR)/torch_flydsl."),
     Knob("TORCH_FLYDSL_RUN_ONLY", "0", "1 (or true/yes/on): never compile a FlyDSL kernel at run time. Inductor offers only configs the cache's manifest.json lists; an eager or vLLM call whose kernel is missing keeps PyTorch's (vLLM's) path, with the reason at debug level."),
+    Knob("TORCH_FLYDSL_COMPILE_TIMEOUT", "600", "Seconds one FlyDSL compile may take in its worker process (every compile the plugin starts runs in one, so an LLVM abort cannot kill yours); past it the worker is killed and that kernel is declined with the reason."),
     Knob("TORCH_FLYDSL_RECORD_SHAPES", "", "FILE: record every GEMM shape that reaches the plugin (Inductor nodes offered FlyDSL, vLLM re-route calls) and merge them into FILE, a `precompile` shapes spec, at process exit."),
     Knob("TORCH_FLYDSL_RECORD_WINNERS", "", "FILE: every mm/addmm Inductor autotunes in this process where a FlyDSL config wins becomes a dispatch-table entry (source inductor), merged into FILE at exit."),
     Knob("TORCH_FLYDSL_DISPATCH_TABLE", "", "Path of a per-shape dispatch table (JSON; see README \"Precompile for deployment\") that picks the FlyDSL config for callers without Inductor (the vLLM re-route). Unset: $TORCH_FLYDSL_CACHE_DIR/dispatch_table.json when that file exists."),
@@ -93,6 +94,25 @@ def eager_on() -> bool:
 def run_only() -> bool:
     """``TORCH_FLYDSL_RUN_ONLY``: never compile at run time (default off)."""
     return env_flag("TORCH_FLYDSL_RUN_ONLY", False)
+
+
+COMPILE_TIMEOUT_DEFAULT = 600.0
+
+
+def compile_timeout() -> float:
+    """``TORCH_FLYDSL_COMPILE_TIMEOUT``: seconds per compile in a worker (a positive number)."""
+    name = "TORCH_FLYDSL_COMPILE_TIMEOUT"
+    raw = os.environ.get(name, "")
+    if not raw.strip():
+        return COMPILE_TIMEOUT_DEFAULT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        _bad_value(name, raw, "a positive number of seconds", f"{COMPILE_TIMEOUT_DEFAULT:g}")
+        return COMPILE_TIMEOUT_DEFAULT
+    return value
 
 
 def executor() -> str:

@@ -36,6 +36,7 @@ BAD_ELSEWHERE = {
     "TORCH_FLYDSL_CACHE_DIR": "test_deploy_knobs::test_an_unusable_cache_dir_warns_once_and_compiles_in_memory",
     "TORCH_FLYDSL_RECORD_SHAPES": "test_deploy_knobs::test_an_unwritable_record_file_warns_at_exit_and_the_run_succeeds",
     "TORCH_FLYDSL_RECORD_WINNERS": "test_winners::test_an_unwritable_winners_file_warns_at_exit_and_the_compile_succeeds",
+    "TORCH_FLYDSL_COMPILE_TIMEOUT": "runtime/test_compile_isolation::test_a_bad_TORCH_FLYDSL_COMPILE_TIMEOUT_warns_once_and_uses_600_seconds",
     "TORCH_FLYDSL_VLLM": "integrations/test_vllm_hook::test_a_bad_TORCH_FLYDSL_VLLM_value_warns_once_and_installs_nothing",
 }
 ALONE = "TORCH_FLYDSL_EXECUTOR"

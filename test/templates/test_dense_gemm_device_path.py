@@ -54,14 +54,17 @@ def test_a_failed_compile_is_not_retried_on_every_call(monkeypatch, tmp_path):
     assert len(calls) == 1
 
 
-def test_an_unusable_flydsl_cache_dir_compiles_without_the_disk_cache(monkeypatch, tmp_path, caplog):
+def test_an_unusable_flydsl_cache_dir_keeps_kernels_in_a_private_directory_of_this_process(monkeypatch, tmp_path, caplog):
     from torch_flydsl.runtime import compile as rc
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("FLYDSL_RUNTIME_CACHE_DIR", str(blocker / "cache"))
     monkeypatch.setattr(rc, "_cache_warned", set())
-    with caplog.at_level(logging.WARNING, logger="torch_flydsl"), rc.device_compile_env("gfx950"):
-        seen = os.environ.get("FLYDSL_RUNTIME_ENABLE_CACHE")
-    assert seen == "0"
+    with caplog.at_level(logging.WARNING, logger="torch_flydsl"), rc.device_compile_env("gfx950") as setup:
+        seen = os.environ.get("FLYDSL_RUNTIME_ENABLE_CACHE"), os.environ.get("FLYDSL_RUNTIME_CACHE_DIR")
+    # Compile workers hand binaries over through FlyDSL's disk cache, so there must be one:
+    # a directory only this process uses, made private to its user.
+    assert seen == ("1", setup.cache_dir) and setup.cache_dir != str(blocker / "cache")
+    assert os.stat(setup.cache_dir).st_mode & 0o777 == 0o700
     assert "FlyDSL's disk cache is off" in caplog.text and str(blocker / "cache") in caplog.text

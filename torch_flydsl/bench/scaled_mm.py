@@ -162,14 +162,11 @@ def flydsl_fn(via: str, cfg, problem, a, b, sa, sb, out) -> Callable[[], torch.T
             return out
 
         return call
-    import flydsl.compiler as flyc
-
     from torch_flydsl.runtime import kernel_cache
     from torch_flydsl.templates.scaled_gemm.launcher import compile_args
 
     jit_fn, args = compile_args(cfg, a, b, sa, sb, out, None, torch.cuda.current_stream(a.device), problem=problem)
-    compiled, _ = kernel_cache.first_use(kernel_cache.launch_key(jit_fn, a.device),
-                                         lambda: flyc.compile(jit_fn, *args))
+    compiled = kernel_cache.compiled_for(jit_fn, args, a.device)
     return lambda: (compiled(*args), out)[1]
 
 

@@ -114,9 +114,14 @@ def _host_slots(jf, args: tuple, kwargs: dict) -> List[HostSlot]:
 
 
 def capture(jit_fn, *args, **kwargs) -> CapturedKernel:
-    """Compile ``jit_fn(*args)`` for gfx950 (no launch) and return the emulated IR stage."""
+    """Compile ``jit_fn(*args)`` for gfx950 (no launch) and return the emulated IR stage.
+
+    A family's kernel (one with a recipe, see ``runtime.recipe``) compiles in a worker process
+    (``runtime.isolated``): an LLVM abort there is a ``CompileError``, not this process's end.
+    """
     from flydsl.compiler.jit_function import _unwrap_jit_function
 
+    from ..runtime import isolated
     from ..runtime.compile import CompileError, compile_gfx950, compile_only_env
 
     jf, bound_self = _unwrap_jit_function(jit_fn)
@@ -125,16 +130,20 @@ def capture(jit_fn, *args, **kwargs) -> CapturedKernel:
     if bound_self is not None:
         args = (bound_self, *args)
     try:
-        artifact = compile_gfx950(jf, *args, **kwargs).artifact
+        staged = None if kwargs or bound_self is not None else isolated.emulator_stage(jit_fn, args)
     except CompileError as e:
         raise EmulatorError(f"compiling for gfx950 failed: {e}") from e
-    if artifact is None or not getattr(artifact, "source_ir", None):
-        raise EmulatorError("FlyDSL produced no traced source IR to emulate")
-    with compile_only_env():  # the pass pipeline FlyDSL builds depends on the target arch
-        asm = lower_source_ir(artifact.source_ir, jf._effective_compile_hints())
-    return CapturedKernel(
-        module_asm=asm,
-        host_func=jf.func.__name__,
-        slots=_host_slots(jf, args, kwargs),
-        final_ir=getattr(artifact, "_ir_text", None),
-    )
+    if staged is not None:
+        asm, final_ir = staged
+    else:
+        try:
+            artifact = compile_gfx950(jf, *args, **kwargs).artifact
+        except CompileError as e:
+            raise EmulatorError(f"compiling for gfx950 failed: {e}") from e
+        if artifact is None or not getattr(artifact, "source_ir", None):
+            raise EmulatorError("FlyDSL produced no traced source IR to emulate")
+        with compile_only_env():  # the pass pipeline FlyDSL builds depends on the target arch
+            asm = lower_source_ir(artifact.source_ir, jf._effective_compile_hints())
+        final_ir = getattr(artifact, "_ir_text", None)
+    return CapturedKernel(module_asm=asm, host_func=jf.func.__name__, slots=_host_slots(jf, args, kwargs),
+                          final_ir=final_ir)

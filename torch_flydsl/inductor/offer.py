@@ -29,6 +29,7 @@ class Offer:
     configs: list = field(default_factory=list)  # the family's config objects (``.key()``)
     declined: list[tuple[Optional[Any], Decline]] = field(default_factory=list)
     varying: Optional[str] = None  # the output sizes known only at run time, with their hints
+    problem: Any = None  # the family's problem the configs were fitted to
 
     def decline(self, category: str, reason: str) -> "Offer":
         self.declined.append((None, Decline(category, reason)))
@@ -152,6 +153,7 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict, serving: Optiona
     fitting, declined = impl.configs_for(problem, breadth)
     fitting, declined = run_only_gate(impl, problem, fitting, declined, False if scalars.get("beta", 1) == 0 else None)
     offer.varying = _varying_sizes(layout)
+    offer.problem = problem
     offer.configs.extend(fitting)
     offer.declined.extend(declined)
     return offer

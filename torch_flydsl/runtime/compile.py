@@ -138,33 +138,66 @@ def _usable_cache_dir() -> Optional[str]:
             from .._log import log
 
             log.warning("FlyDSL's disk cache is off: its directory %s is unusable (%s: %s); kernels "
-                        "compile in memory for this process", where, type(e).__name__, e)
+                        "compile in memory for this process only (its compile workers hand them over through a private "
+                        "temporary directory)", where, type(e).__name__, e)
         return None
 
 
+_handoff: Optional[str] = None
+
+
+def _handoff_dir() -> str:
+    """A directory private to this process for FlyDSL's disk cache when the configured one is
+    unusable: compile workers hand binaries over through it (removed at exit)."""
+    global _handoff
+    if _handoff is None or not os.path.isdir(_handoff):
+        import atexit
+        import shutil
+        import tempfile
+
+        _handoff = tempfile.mkdtemp(prefix="torch_flydsl_kernels_")
+        atexit.register(shutil.rmtree, _handoff, True)
+    return _handoff
+
+
+def device_cache_dir() -> str:
+    """FlyDSL's disk cache for kernels this process compiles and loads: the configured one when
+    usable, else a private per-process directory (see ``_usable_cache_dir``)."""
+    return _usable_cache_dir() or _handoff_dir()
+
+
+@dataclass(frozen=True)
+class DeviceCompile:
+    """What ``device_compile_env`` set up: where binaries go, and whether compiling is allowed."""
+
+    arch: str
+    cache_dir: str
+    run_only: bool
+
+
 @contextlib.contextmanager
-def device_compile_env(arch: str) -> Iterator[None]:
+def device_compile_env(arch: str) -> Iterator[DeviceCompile]:
     """Environment for compiling (and launching) on a real GPU of ``arch``.
 
     The arch is pinned because FlyDSL's own detection falls back to gfx942 where
     ``rocm_agent_enumerator`` fails (seen in Inductor's worker processes); FlyDSL's disk cache
-    goes to the user's ``FLYDSL_RUNTIME_CACHE_DIR`` or under Inductor's cache dir, and is off
-    (with a warning) when that directory cannot be used.
+    goes to the user's ``FLYDSL_RUNTIME_CACHE_DIR`` or under Inductor's cache dir. When that
+    directory cannot be used (with a warning), binaries live in a directory private to this
+    process: compiles run in worker processes (``runtime.isolated``), and the disk cache is how
+    their binaries reach this one.
     """
     from .. import config
 
-    cache_dir = _usable_cache_dir()
-    env = {"ARCH": arch, "FLYDSL_GPU_ARCH": arch, "COMPILE_ONLY": None}
-    if cache_dir is None:
-        env["FLYDSL_RUNTIME_ENABLE_CACHE"] = "0"
-    else:
-        env["FLYDSL_RUNTIME_CACHE_DIR"] = cache_dir
-    if config.run_only():
+    cache_dir = device_cache_dir()
+    env = {"ARCH": arch, "FLYDSL_GPU_ARCH": arch, "COMPILE_ONLY": None, "FLYDSL_RUNTIME_CACHE_DIR": cache_dir,
+           "FLYDSL_RUNTIME_ENABLE_CACHE": "1"}
+    run_only = config.run_only()
+    if run_only:
         # TORCH_FLYDSL_RUN_ONLY: FlyDSL traces, looks the binary up in its disk cache and raises
         # instead of lowering on a miss; the op then keeps PyTorch's path with that reason.
         env["FLYDSL_RUNTIME_RUN_ONLY"] = "1"
     with _ENV_LOCK, patched_env(env):
-        yield
+        yield DeviceCompile(arch, cache_dir, run_only)
 
 
 def rocm_root_for(bitcode_root: Optional[str]) -> Optional[str]:

@@ -8,6 +8,10 @@ belongs in a graph capture, in any mode; the op keeps PyTorch's path for that ca
 before capture (vLLM's warm-up) makes the kernel available to later captures. A compile that failed is remembered
 and raises the same error again without recompiling: a warm graph whose toolchain broke must
 not re-trace on every call before the op falls back to PyTorch.
+
+The compile itself runs in a worker process (``runtime.isolated``): ``dispatch`` has it fill
+FlyDSL's disk cache first, so the ``flyc.compile`` here only traces and loads, and an LLVM
+abort kills a worker, not the caller.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ def launch_key(jit_fn, device) -> tuple:
     return (os.getpid(), device.index or 0, jit_fn)
 
 
-def first_use(key, compile_fn) -> tuple[Any, bool]:
-    """``(result, ran_now)``: ``compile_fn()`` run once per key, under ``device_compile_env``."""
+def first_use(key, compile_fn, prebuild=None) -> tuple[Any, bool]:
+    """``(result, ran_now)``: ``compile_fn()`` run once per key, under ``device_compile_env``.
+    ``prebuild(setup)``, given the ``DeviceCompile`` in force, runs just before it unless
+    run-only mode forbids compiling (``dispatch`` compiles in a worker there)."""
     hit = _COMPILED.get(key)  # hot path: no lock once compiled
     if hit is not None:
         return hit, False
@@ -49,7 +55,9 @@ def first_use(key, compile_fn) -> tuple[Any, bool]:
         if key in _FAILED:
             raise _FAILED[key]
         try:
-            with device_compile_env(device_arch(key[1]) or "gfx950"):
+            with device_compile_env(device_arch(key[1]) or "gfx950") as setup:
+                if prebuild is not None and not setup.run_only:
+                    prebuild(setup)
                 hit = compile_fn()
         except Exception as e:
             _FAILED[key] = e
@@ -65,3 +73,34 @@ def _capturing() -> bool:
         return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
     except Exception:
         return False
+
+
+
+def _prebuild(jit_fn, args: tuple):
+    from . import isolated
+
+    return lambda setup: isolated.build_for_device(jit_fn, args, setup.cache_dir, setup.arch)
+
+
+def compiled_for(jit_fn, args: tuple, device):
+    """FlyDSL 0.4+'s ``CompiledFunction`` for ``jit_fn(*args)`` on ``device``, compiled once per
+    process and device (in a worker, into FlyDSL's disk cache, which this process loads from);
+    calling it skips the per-call retrace."""
+    import flydsl.compiler as flyc
+
+    compiled, _ = first_use(launch_key(jit_fn, device), lambda: flyc.compile(jit_fn, *args), _prebuild(jit_fn, args))
+    return compiled
+
+
+def dispatch(jit_fn, args: tuple, device) -> None:
+    """Run ``jit_fn(*args)`` on ``device`` (see ``compiled_for``)."""
+    from .probe import flydsl_has_cpu_safe_compile
+
+    if flydsl_has_cpu_safe_compile():
+        compiled_for(jit_fn, args, device)(*args)
+        return
+    # 0.3.x: the jit function compiles on its first call, which also launches it; later calls
+    # dispatch by argument types.
+    _, launched = first_use(launch_key(jit_fn, device), lambda: jit_fn(*args) or True, _prebuild(jit_fn, args))
+    if not launched:
+        jit_fn(*args)

@@ -56,7 +56,6 @@ that its 16-byte vectors never straddle K (the gate).
 # FlyDSL rewrites Python ``if``/``for`` on traced values into ``scf`` ops only in a kernel's
 # own source, so the pieces that branch or loop on runtime values (``main_loop``,
 # ``store_c_tile``) go through the same rewriter (``_dsl_control_flow``).
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +65,7 @@ import torch
 from flydsl.compiler.ast_rewriter import ASTRewriter
 from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
 
+from ...runtime.recipe import kernel_builder
 from .config import (
     c_lds_row_stride,
     ELEM_BYTES,
@@ -578,7 +578,7 @@ def reduce_partials(spec: KernelSpec, ws_buf, out_buf, bias_buf, m, n, ldc, alph
         fx.ptr_store(val.to(elem), fx.get_iter(out_buf) + (r * ldc + c))
 
 
-@functools.lru_cache(maxsize=None)
+@kernel_builder
 def build(spec: KernelSpec):
     """The ``@flyc.jit`` launcher for ``spec``.
 

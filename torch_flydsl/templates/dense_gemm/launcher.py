@@ -183,19 +183,5 @@ def _current_stream(device):
 def dispatch(jit_fn, args: tuple, device) -> None:
     """FlyDSL's part: the kernel compiled once per process and device, then called."""
     from ...runtime import kernel_cache
-    from ...runtime.probe import flydsl_has_cpu_safe_compile
 
-    key = kernel_cache.launch_key(jit_fn, device)
-    if flydsl_has_cpu_safe_compile():
-        # 0.4+: flyc.compile returns a CompiledFunction without launching; calling it later
-        # skips the per-call retrace.
-        import flydsl.compiler as flyc
-
-        compiled, _ = kernel_cache.first_use(key, lambda: flyc.compile(jit_fn, *args))
-        compiled(*args)
-    else:
-        # 0.3.x: the jit function compiles on its first call, which also launches it; later
-        # calls dispatch by argument types.
-        _, launched = kernel_cache.first_use(key, lambda: jit_fn(*args) or True)
-        if not launched:
-            jit_fn(*args)
+    kernel_cache.dispatch(jit_fn, args, device)

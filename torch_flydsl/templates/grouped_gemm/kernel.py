@@ -27,7 +27,6 @@ aliasing the A/B stages) from the next tile's first DMAs.
 """
 
 # No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
-import functools
 from dataclasses import dataclass
 
 import flydsl.compiler as flyc
@@ -35,6 +34,7 @@ import flydsl.expr as fx
 import torch
 from flydsl.expr import const_expr, gpu, rocdl
 
+from ...runtime.recipe import kernel_builder
 from ..dense_gemm import kernel as dense
 from .config import GroupedGemmConfig
 
@@ -112,7 +112,7 @@ def advance_k(offs_buf, t, g, k_start, k_end, groups, k_total, per_group: int):
     return g, k_start, k_end
 
 
-@functools.lru_cache(maxsize=None)
+@kernel_builder
 def build(spec: KernelSpec):
     """The ``@flyc.jit`` launcher for ``spec``.
 

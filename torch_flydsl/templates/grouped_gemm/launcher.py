@@ -103,11 +103,8 @@ def launch(cfg: GroupedGemmConfig, a, b, offs, out, stream: Any = None,
         return out.zero_()  # no K rows at all: every group's product is zero
     if problem.tokens == 0:
         return out
-    import flydsl.compiler as flyc
-
     if stream is None:
         stream = torch.cuda.current_stream(a.device)
     jit_fn, args = compile_args(cfg, a, b, offs, out, stream, problem=problem)
-    compiled, _ = kernel_cache.first_use(kernel_cache.launch_key(jit_fn, a.device), lambda: flyc.compile(jit_fn, *args))
-    compiled(*args)
+    kernel_cache.dispatch(jit_fn, args, a.device)
     return out

@@ -29,7 +29,6 @@ row length up to the config's register capacity.
 """
 
 # No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
-import functools
 import math
 from dataclasses import dataclass
 
@@ -38,6 +37,7 @@ import flydsl.expr as fx
 import torch
 from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
 
+from ...runtime.recipe import kernel_builder
 from .config import WAVE_SIZE, RmsNormConfig
 
 _ELEM = {torch.bfloat16: ("bf16", "BFloat16"), torch.float16: ("fp16", "Float16"), torch.float32: ("fp32", "Float32")}
@@ -138,7 +138,7 @@ class Row:
         fx.ptr_store(f.to(elem), y_iter + self.s_on.select(start + self.s_col, y_end))
 
 
-@functools.lru_cache(maxsize=None)
+@kernel_builder
 def build(spec: KernelSpec):
     """The ``@flyc.jit`` launcher for ``spec``.
 

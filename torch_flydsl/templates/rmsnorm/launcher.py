@@ -66,7 +66,7 @@ def launch(cfg: RmsNormConfig, x, weight, y, rstd, eps=None, stream=None, proble
     """Run on the current HIP stream (real GPU only; never without HIP)."""
     if not x.is_cuda:
         raise RuntimeError("rmsnorm.launch needs device tensors on a ROCm GPU")
-    from ..dense_gemm.launcher import dispatch
+    from ...runtime.kernel_cache import dispatch
 
     if stream is None:
         stream = torch.cuda.current_stream(x.device)

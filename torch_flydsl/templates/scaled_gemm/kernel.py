@@ -67,7 +67,6 @@ num_records = the operand's exact byte span). No K tail.
 """
 
 # No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +75,7 @@ import flydsl.expr as fx
 import torch
 from flydsl.expr import const_expr, range_constexpr, rocdl
 
+from ...runtime.recipe import kernel_builder
 from ..dense_gemm import kernel as dense
 from ..dense_gemm.config import DenseGemmConfig, c_lds_row_stride
 from .config import MMA_M, MMA_N, SCALE_DMA_BYTES, WAVE_SIZE, ScaledGemmConfig, TileBytes
@@ -299,7 +299,7 @@ class ScaledMma:
 # ---- the kernel ---------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@kernel_builder
 def build(spec: KernelSpec):
     """The ``@flyc.jit`` launcher for ``spec``.
 

@@ -128,11 +128,8 @@ def launch(
     if not flydsl_has_cpu_safe_compile():
         # The scaled kernel is built and checked with flydsl 0.4+ only (compile without launch).
         raise RuntimeError("scaled_gemm.launch needs flydsl 0.4 or newer")
-    import flydsl.compiler as flyc
-
     if stream is None:
         stream = torch.cuda.current_stream(a.device)
     jit_fn, args = compile_args(cfg, a, b, scale_a, scale_b, out, bias, stream, problem=problem)
-    compiled, _ = kernel_cache.first_use(kernel_cache.launch_key(jit_fn, a.device), lambda: flyc.compile(jit_fn, *args))
-    compiled(*args)
+    kernel_cache.dispatch(jit_fn, args, a.device)
     return out

@@ -15,7 +15,6 @@ row-major, B ``[G, K, N]`` column-major per group (stored ``[G, N, K]``), E8M0 s
 """
 
 # No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
-import functools
 from dataclasses import dataclass
 
 import flydsl.compiler as flyc
@@ -23,6 +22,7 @@ import flydsl.expr as fx
 import torch
 from flydsl.expr import gpu
 
+from ...runtime.recipe import kernel_builder
 from ..dense_gemm import kernel as dense
 from ..grouped_gemm.kernel import OFFS_BYTES, advance, group_end, group_tiles, tile_upper_bound
 from ..scaled_gemm import kernel as scaled
@@ -48,7 +48,7 @@ class KernelSpec:
         return f"flydsl_scaled_grouped_gemm_{self.a_fmt.name}x{self.b_fmt.name}_{out}_{self.cfg.key()}"
 
 
-@functools.lru_cache(maxsize=None)
+@kernel_builder
 def build(spec: KernelSpec):
     """The ``@flyc.jit`` launcher for ``spec``.
 

@@ -61,13 +61,10 @@ def launch(cfg, a, b, scale_a, scale_b, offs, out, stream=None, problem=None):
     problem = problem or checked_problem(a, b, scale_a, scale_b, offs, out)
     if problem.tokens == 0:
         return out
-    import flydsl.compiler as flyc
-
     if stream is None:
         stream = torch.cuda.current_stream(a.device)
     jit_fn, args = compile_args(cfg, a, b, scale_a, scale_b, offs, out, stream, problem=problem)
-    compiled, _ = kernel_cache.first_use(kernel_cache.launch_key(jit_fn, a.device), lambda: flyc.compile(jit_fn, *args))
-    compiled(*args)
+    kernel_cache.dispatch(jit_fn, args, a.device)
     return out
 
 

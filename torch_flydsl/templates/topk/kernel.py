@@ -27,7 +27,6 @@ Per row ``x[r, 0:n]`` (unit stride, rows ``ldx`` elements apart):
 """
 
 # No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
-import functools
 from dataclasses import dataclass
 
 import flydsl.compiler as flyc
@@ -36,6 +35,7 @@ import torch
 from flydsl.expr import gpu, range_constexpr
 from flydsl.expr.llvm import atomic_add
 
+from ...runtime.recipe import kernel_builder
 from .config import TopKConfig
 
 WAVE = 64
@@ -63,7 +63,7 @@ class KernelSpec:
 _FX_DTYPE = {torch.float32: "Float32", torch.float16: "Float16", torch.bfloat16: "BFloat16"}
 
 
-@functools.lru_cache(maxsize=None)
+@kernel_builder
 def build(spec: KernelSpec):
     """The ``@flyc.jit`` launcher for ``spec``.
 

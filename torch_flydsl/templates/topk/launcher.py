@@ -69,13 +69,10 @@ def launch(cfg, problem, x, values, indices, stream=None):
     """Run on the current HIP stream (real GPU only; never without HIP)."""
     if not x.is_cuda:
         raise RuntimeError("topk.launch needs device tensors on a ROCm GPU")
-    import flydsl.compiler as flyc
-
     if stream is None:
         stream = torch.cuda.current_stream(x.device)
     jit_fn, args = compile_args(cfg, problem, x, values, indices, stream)
-    compiled, _ = kernel_cache.first_use(kernel_cache.launch_key(jit_fn, x.device), lambda: flyc.compile(jit_fn, *args))
-    compiled(*args)
+    kernel_cache.dispatch(jit_fn, args, x.device)
 
 
 def run_emulated(cfg, problem, x, values, indices, grid: Optional[int] = None):
