@@ -166,7 +166,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _survive_a_broken_entry_point() -> None:
+    """A stale editable install makes ``import torch`` fail before any command could say why:
+    say it first, and let this process import torch without backend entry points."""
+    import os
+
+    from .entry_point import broken
+
+    try:
+        stale = broken()
+    except Exception:  # a metadata oddity must not stop the CLI
+        return
+    for state in stale:
+        print(f"torch_flydsl: torch.backends entry point {state.line()}", file=sys.stderr)
+    if stale and "TORCH_DEVICE_BACKEND_AUTOLOAD" not in os.environ and "torch" not in sys.modules:
+        os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+
+
 def main(argv=None) -> int:
+    _survive_a_broken_entry_point()  # building the parser imports torch already
     args = build_parser().parse_args(argv)
     return args.fn(args)
 

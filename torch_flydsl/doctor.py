@@ -17,9 +17,13 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def _entry_point_registered() -> bool:
-    eps = importlib.metadata.entry_points(group="torch.backends")
-    return any(ep.value.split(":")[0].startswith("torch_flydsl") for ep in eps)
+def _entry_point_row() -> str:
+    from .entry_point import states
+
+    found = states()
+    if not found:
+        return "not registered (pip install the package)"
+    return "; ".join(s.line() for s in found)
 
 
 def _glue_state() -> str:
@@ -133,7 +137,7 @@ def rows() -> list[tuple[str, str]]:
         ("FLYDSL_GPU_ARCH", os.environ.get("FLYDSL_GPU_ARCH", "(unset)")),
         ("can launch FlyDSL kernels", "yes" if hip and arch == "gfx950" and info.usable else "no: compile-only / emulator only"),
         ("ld.lld (gfx950 compile-only)", str(lld) if lld else "not found (apt-get install lld-19)"),
-        ("torch.backends entry point", "registered" if _entry_point_registered() else "not registered (pip install the package)"),
+        ("torch.backends entry point", _entry_point_row()),
         ("plugin active in this process", "yes" if is_enabled() else "no"),
         ("Inductor glue", _glue_state()),
         ("FLYDSL requested", _flydsl_requested()),
