@@ -55,7 +55,7 @@ def test_ten_shapes_compile_each_kernel_once_then_nothing(tmp_path):
     # One kernel per (config, dtype, layout, bias, K tail): 10 shapes share fewer binaries.
     assert 1 < len(man.kernels) < len(SHAPES)
     assert all(man.holds(k) for k in man.kernels)
-    assert sum(len(v["shapes"]) for v in man.kernels.values()) == len(SHAPES)
+    assert sum(len(v.shapes) for v in man.kernels.values()) == len(SHAPES)
     assert f"{len(man.kernels)} compiled, 0 already in the cache, 0 failed" in first.stdout, first.stdout
     assert "precompile: 100%" in first.stderr  # tqdm's bar (stderr)
     assert len(binaries(cache)) == len(man.kernels)

@@ -147,6 +147,83 @@ def _discard(path: Path, why: str, warn: Callable[[str], None]) -> None:
         pass
 
 
+@dataclass
+class _ManifestWriter:
+    """Records kernels in the manifest as they finish: each save re-reads the file under its
+    lock (``manifest.update``), so concurrent runs keep each other's kernels and a run that is
+    killed keeps every kernel it finished."""
+
+    cache_dir: Path
+    mode: int  # the manifest's permission bits
+    toolchain: Optional[str]
+    flydsl: Optional[str]
+    plugin: str
+
+    def stamp(self, man) -> None:
+        if man.toolchain and self.toolchain and man.toolchain != self.toolchain:
+            man.kernels = {}  # built by another toolchain: FlyDSL would not load them; start over
+        man.toolchain, man.flydsl, man.plugin = self.toolchain, self.flydsl, self.plugin
+
+    def kernel_done(self, unit: Unit, res: dict, shared_perms=None) -> None:
+        """``_build``'s result for ``unit``: recorded (status compiled) or failed with the reason."""
+        from ..runtime.trust import sha256_of
+        from . import manifest as mf
+        from .files import describe
+
+        unit.seconds = res["seconds"]
+        if "error" in res:
+            unit.status, unit.error = "failed", res["error"]
+            return
+        binary = Path(res["file"])
+        try:
+            if shared_perms is not None:
+                from .cache_dir import chmod_owned
+
+                chmod_owned(binary, shared_perms)
+            entry = mf.KernelEntry(os.path.relpath(binary, self.cache_dir), binary.stat().st_size,
+                                   sha256_of(binary), round(res["seconds"], 2), sorted(set(unit.shapes)))
+
+            def add(man) -> None:
+                self.stamp(man)
+                old = man.kernels.get(unit.id)
+                if old is not None:
+                    entry.shapes = sorted(set(old.shapes + entry.shapes))
+                man.kernels[unit.id] = entry
+
+            mf.update(self.cache_dir, add, self.mode)
+        except OSError as e:
+            unit.status, unit.error = "failed", f"built, but not recorded in the manifest: {describe(e)}"
+            return
+        unit.status = "compiled"
+
+    def add_shapes(self, cached: list) -> None:
+        """Note the spec's shapes on kernels that were already there."""
+        from . import manifest as mf
+
+        def add(man) -> None:
+            self.stamp(man)
+            for u in cached:
+                if u.id in man.kernels:
+                    man.kernels[u.id].shapes = sorted(set(man.kernels[u.id].shapes + u.shapes))
+
+        mf.update(self.cache_dir, add, self.mode)
+
+
+def _to_build(units: dict, man, warn: Callable[[str], None]) -> list:
+    """The units the cache lacks; marks the others cached. A listed binary that is damaged,
+    replaced or untrusted is named, removed and rebuilt."""
+    todo = []
+    for unit in units.values():
+        why = man.why_not_held(unit.id) if unit.id in man.kernels else None
+        if unit.id in man.kernels and why is None:
+            unit.status = "cached"
+            continue
+        if why:
+            _discard(man.binary(unit.id), why, warn)
+        todo.append(unit)
+    return todo
+
+
 def precompile(spec: Spec, cache_dir: Path, jobs: int = 1, rocm_path: Optional[str] = None,
                progress: bool = True, shared: bool = False,
                warn: Callable[[str], None] = _warn) -> tuple[dict, list, Path]:
@@ -156,7 +233,6 @@ def precompile(spec: Spec, cache_dir: Path, jobs: int = 1, rocm_path: Optional[s
     from .. import _version
     from ..runtime.compile import CompileError, cache_filling_env, rocm_root_for, toolchain_key
     from ..runtime.probe import flydsl_info
-    from ..runtime.trust import sha256_of
     from . import cache_dir as cd
     from . import manifest as mf
 
@@ -175,72 +251,21 @@ def precompile(spec: Spec, cache_dir: Path, jobs: int = 1, rocm_path: Optional[s
     rocm_root = rocm_root_for(rocm_path)
     with cache_filling_env(str(flydsl_dir), rocm_root=rocm_root):
         here = toolchain_key()
+    writer = _ManifestWriter(cache_dir, perms.files, here, info.version, _version.__version__)
     man = _read_manifest(cache_dir, warn)
-    if man.toolchain and here and man.toolchain != here:
-        man.kernels = {}  # built by another toolchain: FlyDSL would not load them; start over
-
-    def stamp(m: mf.Manifest) -> None:
-        if m.toolchain and here and m.toolchain != here:
-            m.kernels = {}  # as above, for a manifest another run rewrote meanwhile
-        m.toolchain, m.flydsl, m.plugin = here, info.version, _version.__version__
+    writer.stamp(man)  # another toolchain's kernels count as absent
 
     units, declined = plan_units(spec)
-    todo = []
-    for unit in units.values():
-        why = man.why_not_held(unit.id) if unit.id in man.kernels else None
-        if unit.id in man.kernels and why is None:
-            unit.status = "cached"
-            continue
-        if why:
-            _discard(man.binary(unit.id), why, warn)
-        todo.append(unit)
-
-    def finished(i: int, res: dict) -> None:
-        """One kernel done: recorded in the manifest now, so an interrupted run keeps it."""
-        unit = todo[i]
-        unit.seconds = res["seconds"]
-        if "error" in res:
-            unit.status, unit.error = "failed", res["error"]
-            return
-        binary = Path(res["file"])
-        try:
-            if shared:
-                cd.chmod_owned(binary, perms)
-            entry = mf.KernelEntry(os.path.relpath(binary, cache_dir), binary.stat().st_size, sha256_of(binary),
-                                   round(res["seconds"], 2), sorted(set(unit.shapes)))
-
-            def add(m: mf.Manifest) -> None:
-                stamp(m)
-                old = m.kernels.get(unit.id)
-                if old is not None:
-                    entry.shapes = sorted(set(old.shapes + entry.shapes))
-                m.kernels[unit.id] = entry
-
-            mf.update(cache_dir, add, perms.files)
-        except OSError as e:
-            from .files import describe
-
-            unit.status, unit.error = "failed", f"built, but not recorded in the manifest: {describe(e)}"
-            return
-        unit.status = "compiled"
-
+    todo = _to_build(units, man, warn)
     jobs_args = [(u.family, u.cfg.key(), u.problem, u.has_bias, str(flydsl_dir), rocm_root) for u in todo]
-    _run(jobs_args, jobs, progress, finished)
-
+    _run(jobs_args, jobs, progress, lambda i, res: writer.kernel_done(todo[i], res, perms if shared else None))
     cached = [u for u in units.values() if u.status == "cached"]
     if any(set(u.shapes) - set(man.kernels[u.id].shapes) for u in cached):
-        def note_shapes(m: mf.Manifest) -> None:
-            stamp(m)
-            for u in cached:
-                if u.id in m.kernels:
-                    m.kernels[u.id].shapes = sorted(set(m.kernels[u.id].shapes + u.shapes))
-
-        mf.update(cache_dir, note_shapes, perms.files)
+        writer.add_shapes(cached)
     if spec.table is not None and len(spec.table):
         from .. import dispatch_table as dt
 
-        target = cache_dir / dt.FILE_NAME
-        dt.merge_into(target, spec.table.entries, perms.files,
+        dt.merge_into(cache_dir / dt.FILE_NAME, spec.table.entries, perms.files,
                       on_unusable=lambda e: warn(f"{e}; it is replaced by the spec's entries"))
     if shared:
         cd.chmod_tree(cache_dir, perms)  # FlyDSL's files and dirs, the manifest, the table, the locks
@@ -337,7 +362,7 @@ def exit_status(spec: Spec, units: dict, declined: list, allow_partial: bool) ->
     unfit = sum(cfg is not None for _, cfg, _ in declined) if spec.table is not None else 0
     if (failed or unfit) and not allow_partial:
         what = ", ".join(x for x in (f"{failed} kernel(s) failed" if failed else "",
-                                     f"{unfit} table entr(y/ies) name a config that does not fit" if unfit else "") if x)
+                                     f"{unfit} table {'entry names' if unfit == 1 else 'entries name'} a config that does not fit" if unfit else "") if x)
         return 1, f"{what} (--allow-partial accepts a partial cache)"
     return 0, ""
 
