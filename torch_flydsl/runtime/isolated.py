@@ -148,6 +148,14 @@ def forget() -> None:
 # -- in the worker -------------------------------------------------------------------------
 
 
+def warm_up() -> str:
+    """Worker job: import what every compile needs (torch, FlyDSL); its version."""
+    import flydsl
+    import torch  # noqa: F401
+
+    return getattr(flydsl, "__version__", "?")
+
+
 def fill_disk_cache(recipe, args: tuple, cache_dir: str, arch: str, rocm_root: Optional[str]) -> dict:
     """Worker job: compile into FlyDSL's disk cache at ``cache_dir``; the file and the toolchain key."""
     import flydsl.compiler as flyc
