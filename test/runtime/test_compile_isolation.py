@@ -241,3 +241,33 @@ def test_a_bad_TORCH_FLYDSL_COMPILE_TIMEOUT_warns_once_and_uses_600_seconds(monk
     assert len(said) == 1 and "using the default '600'" in said[0]
     monkeypatch.setenv("TORCH_FLYDSL_COMPILE_TIMEOUT", "2.5")
     assert config.compile_timeout() == 2.5
+
+
+@pytest.mark.compile
+def test_a_binary_this_process_cannot_find_after_the_worker_built_it_compiles_here_with_one_warning(
+        monkeypatch, tmp_path, caplog):
+    import torch_flydsl_boot
+
+    from torch_flydsl.runtime import kernel_cache
+    from torch_flydsl.runtime.probe import find_lld
+    from torch_flydsl.templates.dense_gemm.config import DenseGemmConfig
+    from torch_flydsl.templates.dense_gemm.launcher import compile_args
+
+    rocm = tmp_path / "rocm" / "llvm" / "bin"
+    rocm.mkdir(parents=True)
+    (rocm / "ld.lld").symlink_to(find_lld())
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "rocm"))
+    monkeypatch.setenv("FLYDSL_RUNTIME_CACHE_DIR", str(tmp_path / "flydsl"))
+    monkeypatch.delenv("TORCH_FLYDSL_CACHE_DIR", raising=False)
+    monkeypatch.setattr(kernel_cache, "_COMPILED", {})
+    monkeypatch.setattr(kernel_cache, "_FAILED", {})
+    monkeypatch.setattr(torch_flydsl_boot, "_warned", set())
+    # The worker "built" it somewhere this process does not look (a toolchain seen differently).
+    monkeypatch.setattr(isolated, "build_for_device", lambda *args: True)
+    a, b = torch.randn(64, 128, dtype=torch.bfloat16), torch.randn(128, 64, dtype=torch.bfloat16)
+    jit_fn, args = compile_args(DenseGemmConfig(32, 32, 32, 1, 1, 2, 0), a, b, torch.empty(64, 64, dtype=torch.bfloat16))
+    with caplog.at_level(logging.WARNING, logger="torch_flydsl"):
+        compiled = kernel_cache.compiled_for(jit_fn, args, a.device)
+    assert type(compiled).__name__ == "CompiledFunction"
+    said = [r.getMessage() for r in caplog.records if "compiled in a worker process, but this process" in r.getMessage()]
+    assert len(said) == 1 and "compiling it here instead" in said[0]

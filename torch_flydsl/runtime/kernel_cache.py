@@ -56,14 +56,34 @@ def first_use(key, compile_fn, prebuild=None) -> tuple[Any, bool]:
             raise _FAILED[key]
         try:
             with device_compile_env(device_arch(key[1]) or "gfx950") as setup:
-                if prebuild is not None and not setup.run_only:
-                    prebuild(setup)
-                hit = compile_fn()
+                built = prebuild is not None and not setup.run_only and prebuild(setup)
+                hit = _load(compile_fn, key) if built else compile_fn()
         except Exception as e:
             _FAILED[key] = e
             raise
         _COMPILED[key] = hit
         return hit, True
+
+
+def _load(compile_fn, key):
+    """``compile_fn()`` after a worker built the binary: in run-only mode, so that this process
+    only traces and loads. Should FlyDSL not find the worker's binary under the key it computes
+    here (a toolchain the two processes see differently), the kernel compiles here after all, with
+    one warning: slower to find out, never a kernel lost."""
+    from .compile import patched_env
+
+    try:
+        with patched_env({"FLYDSL_RUNTIME_RUN_ONLY": "1"}):
+            return compile_fn()
+    except RuntimeError as e:
+        if "FLYDSL_RUNTIME_RUN_ONLY" not in str(e):
+            raise
+        from torch_flydsl_boot import warn_once
+
+        name = getattr(getattr(key[2], "func", None), "__name__", "a kernel")
+        warn_once(f"handover-{name}", f"torch_flydsl: {name} was compiled in a worker process, but this process "
+                                      f"did not find that binary ({e}); compiling it here instead")
+        return compile_fn()
 
 
 def _capturing() -> bool:
@@ -77,6 +97,8 @@ def _capturing() -> bool:
 
 
 def _prebuild(jit_fn, args: tuple):
+    """``prebuild(setup) -> bool``: the kernel built in a worker (False: it has no recipe and
+    compiles in this process)."""
     from . import isolated
 
     return lambda setup: isolated.build_for_device(jit_fn, args, setup.cache_dir, setup.arch)
