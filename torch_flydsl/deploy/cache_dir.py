@@ -88,7 +88,7 @@ def prepare(cache_dir: Path, perms: Permissions) -> Path:
     flydsl_dir = cache_dir / mf.BINARIES
     for d in (cache_dir, flydsl_dir):
         _make(d, perms, cache_dir)
-        if perms is SHARED:
+        if perms == SHARED:
             chmod_owned(d, perms)
         why = untrusted(d)
         if why:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from .cache_dir import Permissions
 from .spec import Spec
 
 
@@ -154,7 +155,8 @@ class _ManifestWriter:
     killed keeps every kernel it finished."""
 
     cache_dir: Path
-    mode: int  # the manifest's permission bits
+    perms: Permissions  # the manifest's mode, and with --shared the binaries' too
+    shared: bool
     toolchain: Optional[str]
     flydsl: Optional[str]
     plugin: str
@@ -164,7 +166,7 @@ class _ManifestWriter:
             man.kernels = {}  # built by another toolchain: FlyDSL would not load them; start over
         man.toolchain, man.flydsl, man.plugin = self.toolchain, self.flydsl, self.plugin
 
-    def kernel_done(self, unit: Unit, res: dict, shared_perms=None) -> None:
+    def kernel_done(self, unit: Unit, res: dict) -> None:
         """``_build``'s result for ``unit``: recorded (status compiled) or failed with the reason."""
         from ..runtime.trust import sha256_of
         from . import manifest as mf
@@ -176,10 +178,10 @@ class _ManifestWriter:
             return
         binary = Path(res["file"])
         try:
-            if shared_perms is not None:
+            if self.shared:
                 from .cache_dir import chmod_owned
 
-                chmod_owned(binary, shared_perms)
+                chmod_owned(binary, self.perms)  # FlyDSL wrote it 0600
             entry = mf.KernelEntry(os.path.relpath(binary, self.cache_dir), binary.stat().st_size,
                                    sha256_of(binary), round(res["seconds"], 2), sorted(set(unit.shapes)))
 
@@ -190,7 +192,7 @@ class _ManifestWriter:
                     entry.shapes = sorted(set(old.shapes + entry.shapes))
                 man.kernels[unit.id] = entry
 
-            mf.update(self.cache_dir, add, self.mode)
+            mf.update(self.cache_dir, add, self.perms.files)
         except OSError as e:
             unit.status, unit.error = "failed", f"built, but not recorded in the manifest: {describe(e)}"
             return
@@ -206,7 +208,7 @@ class _ManifestWriter:
                 if u.id in man.kernels:
                     man.kernels[u.id].shapes = sorted(set(man.kernels[u.id].shapes + u.shapes))
 
-        mf.update(self.cache_dir, add, self.mode)
+        mf.update(self.cache_dir, add, self.perms.files)
 
 
 def _to_build(units: dict, man, warn: Callable[[str], None]) -> list:
@@ -251,14 +253,14 @@ def precompile(spec: Spec, cache_dir: Path, jobs: int = 1, rocm_path: Optional[s
     rocm_root = rocm_root_for(rocm_path)
     with cache_filling_env(str(flydsl_dir), rocm_root=rocm_root):
         here = toolchain_key()
-    writer = _ManifestWriter(cache_dir, perms.files, here, info.version, _version.__version__)
+    writer = _ManifestWriter(cache_dir, perms, shared, here, info.version, _version.__version__)
     man = _read_manifest(cache_dir, warn)
     writer.stamp(man)  # another toolchain's kernels count as absent
 
     units, declined = plan_units(spec)
     todo = _to_build(units, man, warn)
     jobs_args = [(u.family, u.cfg.key(), u.problem, u.has_bias, str(flydsl_dir), rocm_root) for u in todo]
-    _run(jobs_args, jobs, progress, lambda i, res: writer.kernel_done(todo[i], res, perms if shared else None))
+    _run(jobs_args, jobs, progress, lambda i, res: writer.kernel_done(todo[i], res))
     cached = [u for u in units.values() if u.status == "cached"]
     if any(set(u.shapes) - set(man.kernels[u.id].shapes) for u in cached):
         writer.add_shapes(cached)
