@@ -169,16 +169,12 @@ def test_a_kernel_compiles_in_a_worker_once_and_later_runs_start_no_job(monkeypa
     assert runs == ["torch_flydsl.runtime.isolated:emulated_module"]
 
 
-@pytest.mark.compile
-def test_the_device_path_compiles_in_a_worker_and_this_process_only_loads_the_binary(monkeypatch, tmp_path):
-    # A CPU machine runs the device path's compile too (FlyDSL 0.4+ compiles CPU tensors
-    # without launching): LLVM's code generation must never run in this process.
-    import flydsl.compiler.jit_function as jf
-
+@pytest.fixture
+def device_path(monkeypatch, tmp_path):
+    """The device launch path's compile on this CPU: a ROCm root holding a linker, FlyDSL's disk
+    cache in ``tmp_path/flydsl``, nothing compiled yet in this process."""
     from torch_flydsl.runtime import kernel_cache
     from torch_flydsl.runtime.probe import find_lld
-    from torch_flydsl.templates.dense_gemm.config import DenseGemmConfig
-    from torch_flydsl.templates.dense_gemm.launcher import compile_args
 
     rocm = tmp_path / "rocm" / "llvm" / "bin"
     rocm.mkdir(parents=True)
@@ -188,6 +184,19 @@ def test_the_device_path_compiles_in_a_worker_and_this_process_only_loads_the_bi
     monkeypatch.delenv("TORCH_FLYDSL_CACHE_DIR", raising=False)
     monkeypatch.setattr(kernel_cache, "_COMPILED", {})
     monkeypatch.setattr(kernel_cache, "_FAILED", {})
+    return tmp_path / "flydsl"
+
+
+@pytest.mark.compile
+def test_the_device_path_compiles_in_a_worker_and_this_process_only_loads_the_binary(monkeypatch, device_path):
+    # A CPU machine runs the device path's compile too (FlyDSL 0.4+ compiles CPU tensors
+    # without launching): LLVM's code generation must never run in this process.
+    import flydsl.compiler.jit_function as jf
+
+    from torch_flydsl.runtime import kernel_cache
+    from torch_flydsl.templates.dense_gemm.config import DenseGemmConfig
+    from torch_flydsl.templates.dense_gemm.launcher import compile_args
+
     isolated.forget()
 
     def no_codegen_here(*args, **kwargs):
@@ -198,7 +207,7 @@ def test_the_device_path_compiles_in_a_worker_and_this_process_only_loads_the_bi
     jit_fn, args = compile_args(DenseGemmConfig(32, 32, 32, 1, 1, 2, 0), a, b, torch.empty(64, 64, dtype=torch.bfloat16))
     compiled = kernel_cache.compiled_for(jit_fn, args, a.device)
     assert type(compiled).__name__ == "CompiledFunction"
-    assert list((tmp_path / "flydsl").rglob("*.pkl"))  # the worker's binary, which this process loaded
+    assert list(device_path.rglob("*.pkl"))  # the worker's binary, which this process loaded
 
 
 def test_one_autotuning_rounds_candidates_are_all_sent_to_the_workers_at_once(monkeypatch):
@@ -245,27 +254,20 @@ def test_a_bad_TORCH_FLYDSL_COMPILE_TIMEOUT_warns_once_and_uses_600_seconds(monk
 
 @pytest.mark.compile
 def test_a_binary_this_process_cannot_find_after_the_worker_built_it_compiles_here_with_one_warning(
-        monkeypatch, tmp_path, caplog):
+        monkeypatch, device_path, caplog):
     import torch_flydsl_boot
 
     from torch_flydsl.runtime import kernel_cache
-    from torch_flydsl.runtime.probe import find_lld
     from torch_flydsl.templates.dense_gemm.config import DenseGemmConfig
     from torch_flydsl.templates.dense_gemm.launcher import compile_args
 
-    rocm = tmp_path / "rocm" / "llvm" / "bin"
-    rocm.mkdir(parents=True)
-    (rocm / "ld.lld").symlink_to(find_lld())
-    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "rocm"))
-    monkeypatch.setenv("FLYDSL_RUNTIME_CACHE_DIR", str(tmp_path / "flydsl"))
-    monkeypatch.delenv("TORCH_FLYDSL_CACHE_DIR", raising=False)
-    monkeypatch.setattr(kernel_cache, "_COMPILED", {})
-    monkeypatch.setattr(kernel_cache, "_FAILED", {})
     monkeypatch.setattr(torch_flydsl_boot, "_warned", set())
     # The worker "built" it somewhere this process does not look (a toolchain seen differently).
     monkeypatch.setattr(isolated, "build_for_device", lambda *args: True)
     a, b = torch.randn(64, 128, dtype=torch.bfloat16), torch.randn(128, 64, dtype=torch.bfloat16)
-    jit_fn, args = compile_args(DenseGemmConfig(32, 32, 32, 1, 1, 2, 0), a, b, torch.empty(64, 64, dtype=torch.bfloat16))
+    # A config no other test of this process compiles (FlyDSL would hold it in memory).
+    cfg = DenseGemmConfig.from_key("m64n64k64_w2x2_s4_g0")
+    jit_fn, args = compile_args(cfg, a, b, torch.empty(64, 64, dtype=torch.bfloat16))
     with caplog.at_level(logging.WARNING, logger="torch_flydsl"):
         compiled = kernel_cache.compiled_for(jit_fn, args, a.device)
     assert type(compiled).__name__ == "CompiledFunction"
