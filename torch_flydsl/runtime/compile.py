@@ -128,6 +128,7 @@ def _usable_cache_dir() -> Optional[str]:
         path.mkdir(parents=True, exist_ok=True)
         if not os.access(path, os.W_OK | os.X_OK):
             raise PermissionError(f"{path} is not writable")
+        _refuse_unvouched(path)
         return str(path)
     except OSError as e:
         deploy = os.environ.get("TORCH_FLYDSL_CACHE_DIR")
@@ -173,6 +174,20 @@ class DeviceCompile:
     arch: str
     cache_dir: str
     run_only: bool
+
+
+def _refuse_unvouched(path: Path) -> None:
+    """``PermissionError`` when FlyDSL must not load pickles from ``path``: someone other than
+    this user or root could have written them, or (for the deployment cache) a binary is not the
+    one its manifest lists. Checked at each first use of a kernel; hashes once per file version."""
+    from .trust import refuse_untrusted, vouched_binaries_problem
+
+    refuse_untrusted(path)
+    deploy = os.environ.get("TORCH_FLYDSL_CACHE_DIR")
+    if deploy and Path(deploy).expanduser().resolve() / "flydsl" == path.resolve():
+        why = vouched_binaries_problem(Path(deploy).expanduser())
+        if why:
+            raise PermissionError(f"not trusted: {why}")
 
 
 @contextlib.contextmanager

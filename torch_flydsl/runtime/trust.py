@@ -117,3 +117,34 @@ def verify_file(path: PathLike, size: int, sha256: str) -> Optional[str]:
     if actual != sha256:
         return f"{path}: SHA-256 {actual[:12]}... differs from the manifest's {sha256[:12]}... (corrupted or replaced)"
     return None
+
+
+MANIFEST = "manifest.json"
+
+
+def vouched_binaries_problem(deploy_dir: PathLike) -> Optional[str]:
+    """Why FlyDSL must not load binaries from the deployment cache ``deploy_dir`` (None: every
+    binary its ``manifest.json`` lists is the one that was built, or it lists none). Reads only
+    the fields this needs (``kernels``: ``file``, ``size``, ``sha256``); the manifest's own
+    validation is ``deploy.manifest``'s. A hash is computed once per file version."""
+    import json
+
+    path = Path(deploy_dir) / MANIFEST
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        return f"{path} cannot be read as a manifest ({type(e).__name__}: {e})"
+    kernels = doc.get("kernels") if isinstance(doc, dict) else None
+    if not isinstance(kernels, dict):
+        return f"{path} is not a manifest (no \"kernels\" object)"
+    for uid, entry in kernels.items():
+        try:
+            file, size, sha = entry["file"], int(entry["size"]), str(entry["sha256"])
+        except (KeyError, TypeError, ValueError):
+            return f"{path}: kernel {uid} lists no file, size and sha256"
+        why = verify_file(Path(deploy_dir) / file, size, sha)
+        if why:
+            return f"kernel {uid}: {why}"
+    return None
