@@ -2,16 +2,19 @@
 does, when asked to compile the config ``STANDIN_ABORT_CONFIG`` names, and runs the plugin's
 real compile job for every other config.
 
-A test points ``torch_flydsl.runtime.isolated.JOB_MODULE`` here (from a ``sitecustomize.py``
-in the user's process); the worker then imports this module by that name.
+``install()`` puts it in place of the plugin's two compile jobs (``runtime.isolated``'s
+``emulated_module`` and ``fill_disk_cache``, which the Inductor, eager, vLLM and precompile paths
+all run in workers); a test calls it from a ``sitecustomize.py``, so it is in place in the
+user's process and in every compile worker it starts.
 """
 
 import os
 import sys
 
-from torch_flydsl.runtime import isolated as real
+from torch_flydsl.runtime import isolated
 
 MESSAGE = "LLVM ERROR: Do not know how to expand this operator's operand! (abort stand-in)"
+_real = {}
 
 
 def _abort_if_targeted(recipe) -> None:
@@ -22,9 +25,15 @@ def _abort_if_targeted(recipe) -> None:
 
 def emulated_module(recipe, args):
     _abort_if_targeted(recipe)
-    return real.emulated_module(recipe, args)
+    return _real["emulated_module"](recipe, args)
 
 
 def fill_disk_cache(recipe, *args):
     _abort_if_targeted(recipe)
-    return real.fill_disk_cache(recipe, *args)
+    return _real["fill_disk_cache"](recipe, *args)
+
+
+def install() -> None:
+    for name, standin in (("emulated_module", emulated_module), ("fill_disk_cache", fill_disk_cache)):
+        _real.setdefault(name, getattr(isolated, name))
+        setattr(isolated, name, standin)

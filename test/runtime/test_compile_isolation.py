@@ -119,20 +119,18 @@ def test_workers_die_with_their_parent_however_it_dies_and_hold_none_of_its_stre
 # -- FlyDSL compiles -----------------------------------------------------------------------
 
 
-def _standin_site(root: Path) -> str:
-    """A PYTHONPATH that points the plugin's compile jobs at the abort stand-in compiler."""
+def standin_site(root: Path) -> str:
+    """A PYTHONPATH that puts the abort stand-in compiler in place of the plugin's compile jobs."""
     site = root / "site"
     site.mkdir(parents=True, exist_ok=True)
-    (site / "sitecustomize.py").write_text(
-        "import torch_flydsl.runtime.isolated as isolated\n"
-        "isolated.JOB_MODULE = 'abort_standin_compiler'\n")
+    (site / "sitecustomize.py").write_text("import abort_standin_compiler\nabort_standin_compiler.install()\n")
     return os.pathsep.join([str(site), str(HERE)])
 
 
 @pytest.mark.compile
 def test_an_abort_inside_a_flydsl_compile_drops_that_config_and_max_autotune_returns_the_right_result(tmp_path):
     r = fk.run_model(tmp_path / "inductor", tmp_path,
-                     {**fk.EMULATOR, "STANDIN_ABORT_CONFIG": fk.BASELINE_CFG}, pythonpath=_standin_site(tmp_path))
+                     {**fk.EMULATOR, "STANDIN_ABORT_CONFIG": fk.BASELINE_CFG}, pythonpath=standin_site(tmp_path))
     r.ok()  # exit 0, no traceback, PyTorch's result
     assert not r.flydsl_called  # the one FlyDSL choice lost: ATen serves
     dropped = r.dropped_lines()
@@ -143,7 +141,7 @@ def test_an_abort_inside_a_flydsl_compile_drops_that_config_and_max_autotune_ret
 @pytest.mark.compile
 def test_a_winner_whose_compile_aborts_at_run_time_is_computed_by_pytorch_naming_the_signal(tmp_path):
     r = fk.run_model(tmp_path / "inductor", tmp_path,
-                     {**fk.EMULATOR, "STANDIN_ABORT_CONFIG": fk.BASELINE_CFG}, pythonpath=_standin_site(tmp_path),
+                     {**fk.EMULATOR, "STANDIN_ABORT_CONFIG": fk.BASELINE_CFG}, pythonpath=standin_site(tmp_path),
                      force_win=True)
     r.ok()
     assert r.flydsl_called and r.result["emulated"] == 0

@@ -91,10 +91,9 @@ def _no_binary_reason(flydsl_dir: str, said: list) -> str:
 
 
 def _build(job: tuple) -> dict:
-    """Compile one kernel into FlyDSL's disk cache (runs in a worker process with --jobs > 1)."""
+    """Compile one kernel into FlyDSL's disk cache (runs in a compile worker process)."""
     op, cfg_key, problem, has_bias, flydsl_dir, rocm_root = job
     from ..registry import family_for
-    from ..runtime.compile import cache_filling_env, disk_cache_file, toolchain_key
 
     impl = family_for(op).impl()
     cfg = type(impl.curated()[0]).from_key(cfg_key)
@@ -103,13 +102,12 @@ def _build(job: tuple) -> dict:
     flydsl_log = logging.getLogger("flydsl")
     flydsl_log.addHandler(said)
     try:
-        import flydsl.compiler as flyc
+        from ..runtime import isolated
+        from ..runtime.recipe import recipe_of
 
         jit_fn, args = impl.placeholder_call(cfg, problem, has_bias)
-        with cache_filling_env(flydsl_dir, rocm_root=rocm_root):
-            flyc.compile(jit_fn, *args)
-            path = disk_cache_file(jit_fn, flydsl_dir)
-            key = toolchain_key()
+        built = isolated.fill_disk_cache(recipe_of(jit_fn), args, flydsl_dir, "gfx950", rocm_root)
+        path, key = (Path(built["file"]) if built["file"] else None), built["toolchain"]
     except Exception as e:  # FlyDSL raises many types; the summary shows it
         why = f"{type(e).__name__}: {e}"
         if isinstance(e, OSError) and e.errno == errno.ENOSPC:
@@ -286,7 +284,14 @@ class _NoBar:
 
 
 def _run(jobs_args: list, jobs: int, progress: bool, on_done: Optional[Callable[[int, dict], None]] = None) -> list:
-    """Build every job; ``on_done(i, result)`` as each one finishes (in this process)."""
+    """Build every job in ``jobs`` worker processes (``runtime.workers``: one build that aborts,
+    crashes or passes TORCH_FLYDSL_COMPILE_TIMEOUT fails that kernel alone, and the workers end
+    with this process however it ends); ``on_done(i, result)`` as each one finishes, here."""
+    from concurrent.futures import as_completed
+
+    from .. import config
+    from ..runtime.workers import Pool
+
     done = on_done or (lambda i, res: None)
     if progress and jobs_args:
         from tqdm import tqdm
@@ -295,32 +300,22 @@ def _run(jobs_args: list, jobs: int, progress: bool, on_done: Optional[Callable[
     else:
         bar = _NoBar()
     results: list = [None] * len(jobs_args)
+    pool = Pool(max(1, min(jobs, len(jobs_args))))
     try:
-        if jobs <= 1 or len(jobs_args) <= 1:
-            for i, job in enumerate(jobs_args):
-                bar.set_postfix_str(job[1], refresh=False)
-                results[i] = _build(job)
-                done(i, results[i])
-                bar.update()
-            return results
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        # spawn: a forked child would inherit FlyDSL/MLIR state and the env lock mid-use.
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_build, job): i for i, job in enumerate(jobs_args)}
-            for fut in as_completed(futures):
-                i = futures[fut]
-                try:
-                    results[i] = fut.result()
-                except Exception as e:  # a worker that died (out of memory, ...)
-                    results[i] = {"error": f"worker failed: {type(e).__name__}: {e}", "seconds": 0.0}
-                done(i, results[i])
-                bar.set_postfix_str(jobs_args[i][1], refresh=False)
-                bar.update()
+        futures = {pool.submit(f"{__name__}:_build", (job,), timeout=config.compile_timeout()): i
+                   for i, job in enumerate(jobs_args)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            outcome = fut.result()
+            results[i] = outcome.value if outcome.ok else {"error": f"build failed: {outcome.error}",
+                                                           "seconds": outcome.seconds}
+            done(i, results[i])
+            bar.set_postfix_str(jobs_args[i][1], refresh=False)
+            bar.update()
         return results
     finally:
         bar.close()
+        pool.shutdown()
 
 
 def summary(units: dict, declined: list, manifest_path: Path, seconds: float, verbose: bool = False,
