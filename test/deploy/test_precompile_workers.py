@@ -82,3 +82,21 @@ def test_a_build_that_aborts_fails_that_kernel_alone_naming_the_signal(tmp_path)
     assert len(failed) == 1 and CONFIGS[0] in failed[0] and "killed by signal SIGABRT" in failed[0], r.stdout
     assert "abort stand-in" in failed[0]
     assert len(mf.read(cache).kernels) == 2 and "2 compiled" in r.stdout and "1 failed" in r.stdout, r.stdout
+
+
+def test_a_spec_whose_kernels_are_all_built_compiles_nothing_and_takes_under_2_s(tmp_path):
+    spec = table_spec(tmp_path / "one.json", {"config": CONFIGS[0]})
+    cache = tmp_path / "cache"
+    first = cli("precompile", "--spec", str(spec), "--cache-dir", str(cache), "--quiet")
+    assert first.returncode == 0, first.stdout + first.stderr[-3000:]
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import abort_standin_compiler\nabort_standin_compiler.install()\n")
+    # Any compile of that kernel now aborts its worker: the second run must not start one.
+    again = cli("precompile", "--spec", str(spec), "--cache-dir", str(cache), "--quiet",
+                env={"PYTHONPATH": f"{site}:{STANDIN}", "STANDIN_ABORT_CONFIG": CONFIGS[0]})
+    assert again.returncode == 0, again.stdout + again.stderr[-3000:]
+    line = again.stdout.strip().splitlines()[-1]
+    assert "0 compiled, 1 already in the cache, 0 failed" in line, again.stdout
+    seconds = float(line.split(" in ")[-1].split(" s ")[0])
+    assert seconds < 2.0, line  # precompile's own time, after the interpreter and torch imported

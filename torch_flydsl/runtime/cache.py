@@ -13,12 +13,47 @@ import os
 from pathlib import Path
 
 
-def _inductor_cache_dir() -> Path:
-    # Imported lazily: it pulls in torch._inductor, which is heavy, and we only need it once
-    # something is compiled.
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
+_CACHE_DIR_UTILS = "torch._inductor.runtime.cache_dir_utils"
 
-    return Path(cache_dir())
+
+def _inductor_cache_dir() -> Path:
+    """Inductor's cache dir, by Inductor's own rule (``cache_dir_utils.cache_dir``). That module
+    is dependency-free by design, but importing it the usual way runs ``torch._inductor``'s
+    package init (Dynamo: seconds), which ``precompile``, ``doctor`` and an eager first call do
+    not otherwise need: until the package is imported, its file is loaded on its own."""
+    import sys
+
+    module = sys.modules.get(_CACHE_DIR_UTILS)
+    if module is None and "torch._inductor" not in sys.modules:
+        module = _load_alone(_CACHE_DIR_UTILS)
+    if module is None:
+        import importlib
+
+        module = importlib.import_module(_CACHE_DIR_UTILS)
+    return Path(module.cache_dir())
+
+
+_alone: dict = {}
+
+
+def _load_alone(name: str):
+    """``name``'s source file executed as a private module (not entered in ``sys.modules``), or
+    None when it cannot be found that way."""
+    hit = _alone.get(name)
+    if hit is not None:
+        return hit
+    import importlib.util
+
+    try:
+        torch_dir = Path(importlib.util.find_spec("torch").origin).parent
+        path = torch_dir.joinpath(*name.split(".")[1:]).with_suffix(".py")
+        spec = importlib.util.spec_from_file_location(f"torch_flydsl._alone.{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception:  # another torch layout: the ordinary import is only slower
+        return None
+    _alone[name] = module
+    return module
 
 
 def private_dir(path: Path) -> Path:
