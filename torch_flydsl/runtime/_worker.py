@@ -2,7 +2,7 @@
 
 Started by ``runtime.workers`` (never by a user). It reads length-prefixed pickled requests
 ``(function reference, args, env)`` from ``REQ_FD``, runs each, and writes
-``(True, value)`` or ``(False, "Type: message")`` to ``REPLY_FD``. Everything that can kill a
+``(True, value)`` or ``(False, (exception module, exception name, message))`` to ``REPLY_FD``. Everything that can kill a
 process (an LLVM ``abort()``, a segfault, running out of memory) kills only this one; the
 parent sees the pipe close and reads the signal and the last lines of our stderr.
 
@@ -95,13 +95,14 @@ def main(argv: list) -> int:
         try:
             answer = (True, _run(ref, args, env))
         except BaseException as e:  # noqa: BLE001 - every failure becomes the job's answer
-            answer = (False, f"{type(e).__name__}: {e}")
+            answer = (False, (type(e).__module__, type(e).__qualname__, str(e)))
         try:
             write_frame(reply, answer)
         except BrokenPipeError:
             return 0
         except Exception as e:  # an unpicklable result
-            write_frame(reply, (False, f"the worker could not send its result back ({type(e).__name__}: {e})"))
+            write_frame(reply, (False, ("builtins", "RuntimeError",
+                                        f"the worker could not send its result back ({type(e).__name__}: {e})")))
         sys.stderr.flush()
 
 

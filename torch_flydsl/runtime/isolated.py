@@ -79,14 +79,25 @@ def _submit(key, job: str, job_args: tuple) -> Future:
 
 
 def _result(fut: Future, jit_fn):
+    """The job's value; or the error the compile raised, as the caller would have met it
+    compiling in its own process (its type when it is a builtin exception or a ``CompileError``,
+    the same message); a worker that died is a ``CompileError`` saying how."""
     from .compile import CompileError
 
     outcome = fut.result()
-    if not outcome.ok:
-        # Remembered like a success: a kernel whose compile aborts would abort again, and a
-        # warm graph must not restart a worker on every call before falling back.
+    if outcome.ok:
+        return outcome.value
+    # Remembered like a success: a kernel whose compile aborts would abort again, and a warm
+    # graph must not restart a worker on every call before falling back.
+    if outcome.raised is None:
         raise CompileError(f"compiling {_name(jit_fn)} in a worker process failed: {outcome.error}")
-    return outcome.value
+    module, name, message = outcome.raised
+    if module == CompileError.__module__ and name == CompileError.__qualname__:
+        raise CompileError(message)
+    builtin = getattr(__import__("builtins"), name, None) if module == "builtins" else None
+    if isinstance(builtin, type) and issubclass(builtin, Exception):
+        raise builtin(message)
+    raise CompileError(outcome.error)
 
 
 def _job(jit_fn, args: tuple, job: str, target: tuple) -> Optional[Future]:

@@ -40,9 +40,10 @@ class Outcome:
     """What one job in a worker came to: its value, or why there is none."""
 
     value: Any = None
-    error: Optional[str] = None  # None: the job returned ``value``
+    error: Optional[str] = None  # None: the job returned ``value``; else "Type: message" or the crash
     seconds: float = 0.0
     crashed: bool = False  # the worker died (signal, exit) or was killed at the time limit
+    raised: Optional[tuple] = None  # the job's own exception: (module, name, message)
 
     @property
     def ok(self) -> bool:
@@ -119,7 +120,9 @@ class Worker:
             return self._died(t0)
         ok, value = frame
         seconds = time.perf_counter() - t0
-        return Outcome(value=value, seconds=seconds) if ok else Outcome(error=value, seconds=seconds)
+        if ok:
+            return Outcome(value=value, seconds=seconds)
+        return Outcome(error=f"{value[1]}: {value[2]}", seconds=seconds, raised=tuple(value))
 
     def _died(self, t0: float) -> Outcome:
         try:
