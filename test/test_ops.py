@@ -53,15 +53,22 @@ def test_launch_guard_itself_refuses_without_gfx950(monkeypatch):
 
 
 @pytest.mark.emulator  # the compile goes through the emulator executor's path
-def test_a_compile_failure_inside_the_op_gives_pytorchs_result_logged_once(monkeypatch, caplog):
+def test_a_compile_failure_inside_the_op_gives_pytorchs_result_logged_once(monkeypatch, caplog, tmp_path):
     # Regression: with a warm cache and a broken toolchain the compiled call raised. Here the
     # kernel cannot compile (no ld.lld anywhere); the op must still return PyTorch's result.
     from torch_flydsl.runtime import compile as rc
+    from torch_flydsl.runtime import isolated
 
     monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "emulator")
-    monkeypatch.delenv("ROCM_PATH", raising=False)
+    # Where the compile runs (a compile worker) there must be no linker either: both look on
+    # PATH and under ROCM_PATH, which the worker gets from this process with each compile.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("ROCM_PATH", str(empty))
+    monkeypatch.setenv("PATH", str(empty))
     monkeypatch.setattr(rc, "find_lld", lambda: None)
     monkeypatch.setattr(ops, "_warned", set())
+    isolated.forget()  # a kernel compiled by an earlier test of this process would be found
     a, b, out = operands(m=40, n=136)
     bias = torch.randn(136, dtype=torch.bfloat16)
     with caplog.at_level(logging.WARNING, logger="torch_flydsl"):

@@ -113,12 +113,17 @@ def test_group_m_order_matches_its_specification(tiles):
     assert tile_writers(8, *tiles) == expected_group_m(*tiles, 8)
 
 
-def test_a_planted_swap_of_pid_m_and_pid_n_is_caught(monkeypatch):
-    # The kernel traces the module-level block_order: swap its result and build afresh (the
-    # cached build would hand back the real kernel).
+def test_a_planted_swap_of_pid_m_and_pid_n_is_caught(monkeypatch, request):
+    # The kernel traces the module-level block_order: swap its result and build afresh, without
+    # the builder's cache (it would hand back the real kernel) or its recipe (a compile worker
+    # would rebuild the real kernel: a planted bug lives in this process only).
+    from torch_flydsl.templates.dense_gemm import launcher
+
     real = kernel.block_order
     monkeypatch.setattr(kernel, "block_order", lambda *args: real(*args)[::-1])
     monkeypatch.setattr(kernel, "build", kernel.build.__wrapped__)
+    launcher._kernel.cache_clear()
+    request.addfinalizer(launcher._kernel.cache_clear)
     with pytest.raises(AssertionError, match="written by"):
         tile_writers(0, 3, 5)  # tiles of the swapped grid fall outside M: some stay unwritten
     assert tile_writers(0, 4, 4) != [[i * 4 + j for j in range(4)] for i in range(4)]

@@ -11,7 +11,7 @@ nothing, and an emulated kernel takes a fraction of a second per call.
 Reported: per call, the batch, the rows each FlyDSL kernel run computed (``kernel_rows``), the
 error against float64 and against eager, and whether Inductor compiled a graph for it; the
 number of graphs Dynamo handed Inductor (``frames``); the distinct FlyDSL artifacts compiled
-(``kernel_compiles``: a new artifact object is a new FlyDSL compile) and emulator programs built;
+(``kernel_compiles``: the compile jobs sent to the compile workers) and emulator programs built;
 the torch_flydsl logger's warnings (``flydsl_log``) and info lines (``flydsl_notes``).
 """
 
@@ -34,7 +34,7 @@ def main(opts):
 
     from torch_flydsl.emulator import executor
     from torch_flydsl.inductor import choices
-    from torch_flydsl.runtime import compile as runtime_compile
+    from torch_flydsl.runtime import workers
     from torch_flydsl.templates.dense_gemm import config as dense_config
     from torch_flydsl.templates.dense_gemm import emulated
 
@@ -53,16 +53,16 @@ def main(opts):
 
     choices.bind_configs = bind_as_fastest
 
-    artifacts = []  # kept alive: identity tells one compile from another
-    compile_gfx950 = runtime_compile.compile_gfx950
+    # Every FlyDSL compile runs in a compile worker (runtime.isolated): a job sent to the pool
+    # is one compile; the same kernel asked for again is found, not sent.
+    compiles = []
+    submit = workers.Pool.submit
 
-    def counted_compile(*args, **kwargs):
-        compiled = compile_gfx950(*args, **kwargs)
-        if not any(compiled.artifact is a for a in artifacts):
-            artifacts.append(compiled.artifact)
-        return compiled
+    def counted_submit(self, ref, *args, **kwargs):
+        compiles.append(ref)
+        return submit(self, ref, *args, **kwargs)
 
-    runtime_compile.compile_gfx950 = counted_compile
+    workers.Pool.submit = counted_submit
 
     kernel_rows = []
     run_emulated = emulated.run_emulated
@@ -116,7 +116,7 @@ def main(opts):
     print(json.dumps({
         "calls": calls,
         "frames": counter.frame_count,
-        "kernel_compiles": len(artifacts),
+        "kernel_compiles": len(compiles),
         "emulator_programs": len(executor._CACHE),
         "flydsl_log": [msg for level, msg in records if level >= logging.WARNING],
         "flydsl_notes": [msg for level, msg in records if level < logging.WARNING],

@@ -31,7 +31,7 @@ from . import workers
 from .recipe import materialize, placeholders, recipe_of
 
 JOB_MODULE = __name__
-_ENV_NAMES = ("ARCH", "FLYDSL_GPU_ARCH", "COMPILE_ONLY", "ROCM_PATH", "HIP_PATH")
+_ENV_NAMES = ("ARCH", "FLYDSL_GPU_ARCH", "COMPILE_ONLY", "ROCM_PATH", "HIP_PATH", "PATH")  # PATH: ld.lld
 _ENV_PREFIXES = ("FLYDSL_", "LLVM_", "MLIR_")
 _MEMO_LIMIT = 256
 
