@@ -95,7 +95,6 @@ def _capturing() -> bool:
         return False
 
 
-
 def _prebuild(jit_fn, args: tuple):
     """``prebuild(setup) -> bool``: the kernel built in a worker (False: it has no recipe and
     compiles in this process)."""
