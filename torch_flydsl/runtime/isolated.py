@@ -28,7 +28,7 @@ from typing import Optional
 
 from .. import config
 from . import workers
-from .recipe import materialize, placeholders, recipe_of
+from .recipe import CannotTravel, materialize, placeholders, recipe_of
 
 JOB_MODULE = __name__
 _ENV_NAMES = ("ARCH", "FLYDSL_GPU_ARCH", "COMPILE_ONLY", "ROCM_PATH", "HIP_PATH", "PATH")  # PATH: ld.lld
@@ -65,7 +65,9 @@ def _name(jit_fn) -> str:
     return getattr(spec, "name", None) or getattr(getattr(jit_fn, "func", None), "__name__", None) or "kernel"
 
 
-def _submit(key, job: str, job_args: tuple) -> Future:
+def _submit(key, job: str, job_args) -> Future:
+    """The job for ``key``, found or started; ``job_args()`` builds its arguments only when it
+    must be started (a kernel asked for again costs one dict probe)."""
     with _lock:
         fut = _jobs.get(key)
         if fut is not None:
@@ -73,7 +75,7 @@ def _submit(key, job: str, job_args: tuple) -> Future:
         if len(_jobs) >= _MEMO_LIMIT:
             for old in [k for k, f in _jobs.items() if f.done()][: _MEMO_LIMIT // 4]:
                 del _jobs[old]
-        fut = workers.shared().submit(f"{JOB_MODULE}:{job}", job_args, _job_env(), config.compile_timeout())
+        fut = workers.shared().submit(f"{JOB_MODULE}:{job}", job_args(), _job_env(), config.compile_timeout())
         _jobs[key] = fut
         return fut
 
@@ -107,10 +109,9 @@ def _job(jit_fn, args: tuple, job: str, target: tuple) -> Optional[Future]:
     if recipe is None:
         return None
     try:
-        payload = placeholders(args)
-    except TypeError:
+        return _submit((job, recipe, signature(args)) + target, job, lambda: (recipe, placeholders(args)) + target)
+    except CannotTravel:
         return None
-    return _submit((job, recipe, signature(args)) + target, job, (recipe, payload) + target)
 
 
 def _device_job(jit_fn, args: tuple, cache_dir: str, arch: str) -> Optional[Future]:

@@ -56,13 +56,17 @@ def recipe_of(jit_fn) -> Optional[Recipe]:
     return getattr(jit_fn, ATTR, None)
 
 
+class CannotTravel(TypeError):
+    """An argument that cannot be sent to a compile worker."""
+
+
 class StreamPlaceholder:
     """Stands for a ``fx.Stream`` argument on its way to a worker (rebuilt as the default one)."""
 
 
 def placeholders(args: tuple) -> tuple:
     """``args`` with tensors as meta tensors and streams as ``StreamPlaceholder``; raises
-    ``TypeError`` for a value that cannot travel (the caller compiles in its own process)."""
+    ``CannotTravel`` for a value that cannot (the caller compiles in its own process)."""
     import torch
 
     out = []
@@ -74,7 +78,7 @@ def placeholders(args: tuple) -> tuple:
         elif type(a).__name__ == "Stream":
             out.append(StreamPlaceholder())
         else:
-            raise TypeError(f"a {type(a).__name__} argument cannot be sent to a compile worker")
+            raise CannotTravel(f"a {type(a).__name__} argument cannot be sent to a compile worker")
     return tuple(out)
 
 

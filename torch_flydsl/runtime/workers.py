@@ -81,13 +81,12 @@ class Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "torch_flydsl.runtime._worker", str(req_r), str(rep_w), str(os.getpid())],
                 pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
-                env=_worker_env(), start_new_session=False,
+                env=_worker_env(),
             )
         finally:
             os.close(req_r)
             os.close(rep_w)
         self.req, self.rep = req_w, rep_r
-        self.jobs = 0
 
     @property
     def alive(self) -> bool:
@@ -97,7 +96,6 @@ class Worker:
         t0 = time.perf_counter()
         self.log.seek(0)
         self.log.truncate()
-        self.jobs += 1
         try:
             _worker.write_frame(self.req, (ref, args, env))
         except (BrokenPipeError, OSError):
