@@ -10,7 +10,12 @@ import pytest
 import torch_flydsl_boot
 from torch_flydsl import config
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGURATION = ROOT / "docs" / "configuration.md"
+# Names in the plugin's namespace that are not settings: the key under which the plugin adds its
+# fingerprint to vLLM's compile-cache hash (vllm.envs.environment_variables), not read from the
+# environment.
+NOT_KNOBS = {"TORCH_FLYDSL_FINGERPRINT"}
 
 
 @pytest.fixture
@@ -94,12 +99,52 @@ def test_knobs_are_read_at_use_time(monkeypatch):
     assert not config.disabled()
 
 
-def test_readme_knob_table_matches_the_knobs_in_the_code():
-    # README's plugin-variable table lists exactly config.KNOBS, with the same defaults.
-    rows = re.findall(r"^\| `(TORCH_FLYDSL_[A-Z_]+)` \| ([^|]+?) \|", README.read_text(), flags=re.M)
-    documented = {name: default.strip("`") for name, default in rows}
+def knob_table(text: str) -> dict[str, str]:
+    """The one table of docs/configuration.md: every name in backticks in a row's first cell,
+    mapped to that row's default (second cell, backticks dropped)."""
+    tables = re.findall(r"(?:^\|.*\|[ \t]*\n?)+", text, flags=re.M)
+    assert len(tables) == 1, f"docs/configuration.md must hold exactly one table, found {len(tables)}"
+    rows = {}
+    for line in tables[0].splitlines()[2:]:  # past the header and its |---| line
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", cells[0]):
+            rows[name] = cells[1].strip("`")
+    return rows
+
+
+def knobs_the_code_reads() -> set[str]:
+    """Every TORCH_FLYDSL_* name the package or its entry-point module spells out, and every
+    FLYDSL_* / HSA_* variable it reads with os.environ.get."""
+    sources = [ROOT / "torch_flydsl_boot.py", *sorted((ROOT / "torch_flydsl").rglob("*.py"))]
+    names = set()
+    for path in sources:
+        text = path.read_text()
+        names |= set(re.findall(r"[\"'](TORCH_FLYDSL_[A-Z0-9_]+)[\"']", text))
+        names |= set(re.findall(r"os\.environ\.get\(\s*[\"']((?:FLYDSL|HSA)_[A-Z0-9_]+)[\"']", text))
+    return names - NOT_KNOBS
+
+
+def test_configuration_table_lists_exactly_the_plugin_knobs_with_their_defaults():
+    # docs/configuration.md's one table lists exactly config.KNOBS, with the same defaults.
+    table = knob_table(CONFIGURATION.read_text())
+    documented = {name: default for name, default in table.items() if name.startswith("TORCH_FLYDSL_")}
     in_code = {k.env: (k.default if k.default else "unset") for k in config.KNOBS}
     assert documented == in_code
+
+
+def test_every_knob_the_code_reads_is_in_the_configuration_table():
+    read = knobs_the_code_reads()
+    assert {"TORCH_FLYDSL_DISABLE", "FLYDSL_GPU_ARCH", "HSA_OVERRIDE_GFX_VERSION", "FLYDSL_RUNTIME_CACHE_DIR"} <= read
+    missing = read - set(knob_table(CONFIGURATION.read_text()))
+    assert not missing, f"read by the code but not in docs/configuration.md's table: {sorted(missing)}"
+
+
+def test_the_knob_table_check_fails_for_a_missing_row():
+    text = CONFIGURATION.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `TORCH_FLYDSL_RUN_ONLY`"))
+    assert "TORCH_FLYDSL_RUN_ONLY" not in knob_table(text.replace(row + "\n", ""))
+    with pytest.raises(AssertionError, match="exactly one table"):
+        knob_table(text.replace(row + "\n", "\n" + row + "\n\n"))
 
 
 @pytest.mark.parametrize("category, reason", [("shape", ""), ("shape", "   "), ("", "why"), ("dtype", None)])

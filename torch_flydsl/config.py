@@ -42,7 +42,7 @@ class Knob:
     meaning: str
 
 
-# The one table of knobs; test_config checks README's table of plugin variables against it.
+# The one table of knobs; test_config checks the table in docs/configuration.md against it.
 KNOBS = (
     Knob("TORCH_FLYDSL_DISABLE", "0", "1 (or true/yes/on) turns the whole plugin off: the entry point does nothing at `import torch`."),
     Knob(
@@ -71,7 +71,7 @@ KNOBS = (
     Knob("TORCH_FLYDSL_COMPILE_TIMEOUT", "600", "Seconds one FlyDSL compile may take in its worker process (every compile the plugin starts runs in one, so an LLVM abort cannot kill yours); past it the worker is killed and that kernel is declined with the reason."),
     Knob("TORCH_FLYDSL_RECORD_SHAPES", "", "FILE: record every GEMM shape that reaches the plugin (Inductor nodes offered FlyDSL, vLLM re-route calls) and merge them into FILE, a `precompile` shapes spec, at process exit."),
     Knob("TORCH_FLYDSL_RECORD_WINNERS", "", "FILE: every mm/addmm Inductor autotunes in this process where a FlyDSL config wins becomes a dispatch-table entry (source inductor), merged into FILE at exit."),
-    Knob("TORCH_FLYDSL_DISPATCH_TABLE", "", "Path of a per-shape dispatch table (JSON; see README \"Precompile for deployment\") that picks the FlyDSL config for callers without Inductor (the vLLM re-route). Unset: $TORCH_FLYDSL_CACHE_DIR/dispatch_table.json when that file exists."),
+    Knob("TORCH_FLYDSL_DISPATCH_TABLE", "", "Path of a per-shape dispatch table (JSON; see docs/deployment.md, \"Dispatch tables\") that picks the FlyDSL config for callers without Inductor (the vLLM re-route). Unset: $TORCH_FLYDSL_CACHE_DIR/dispatch_table.json when that file exists."),
     Knob(
         "TORCH_FLYDSL_VLLM",
         "0",
