@@ -1,4 +1,4 @@
-"""What the vLLM MXFP8 re-route (torch_flydsl.integrations.vllm_mx) adds to a call it does not
+"""What the vLLM MXFP8 re-route (torch_flydsl.integrations.vllm.mx) adds to a call it does not
 serve.
 
 CPU only, no vLLM needed. vLLM's ``RocmDotScaledMxfp8LinearKernel`` is replaced by a class of
@@ -36,7 +36,7 @@ import torch  # noqa: E402
 from vllm_reroute_cost import per_call_us  # noqa: E402 - the dense re-route's benchmark, same method
 
 from torch_flydsl import dispatch_table  # noqa: E402
-from torch_flydsl.integrations import vllm_mx  # noqa: E402
+from torch_flydsl.integrations.vllm import mx as vllm_mx  # noqa: E402
 
 M, N, K = 4, 64, 256
 

@@ -1,4 +1,4 @@
-"""What the vLLM re-route (torch_flydsl.integrations.vllm) adds to a call it does not serve.
+"""What the vLLM re-route (torch_flydsl.integrations.vllm.linear) adds to a call it does not serve.
 
 CPU only, no vLLM needed. vLLM's impl is replaced by a function that returns a preallocated
 tensor, so the numbers are the wrapper's own cost:
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from torch_flydsl import dispatch_table  # noqa: E402
-from torch_flydsl.integrations import vllm as hook  # noqa: E402
+from torch_flydsl.integrations.vllm import linear as hook  # noqa: E402
 
 NS = "torch_flydsl_reroute_bench"
 

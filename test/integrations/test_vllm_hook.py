@@ -1,4 +1,5 @@
-"""The vLLM re-route (torch_flydsl.integrations.vllm) against two copies of the seam:
+"""The vLLM re-route of unquantized linear layers (torch_flydsl.integrations.vllm.linear) against
+two copies of the seam:
 
 - ``vllm-0.33``: the real vLLM 0.33.0 (``import vllm.model_executor.layers.utils`` in this
   process, with ``VLLM_TARGET_DEVICE=cpu`` so vLLM registers its op on the CPU key). Needs the
@@ -34,11 +35,12 @@ import torch
 import torch_flydsl_boot
 from torch_flydsl import dispatch_table
 from torch_flydsl.integrations import vllm as hook
+from torch_flydsl.integrations.vllm import cache_key, common, linear
 
 from vllmkit import real_vllm as _real_vllm, traced, write_standin, write_table
 
 REPO = Path(__file__).resolve().parents[2]
-HOOK_FILE = hook.__file__.replace(".pyc", ".py")
+HOOK_FILE = linear.__file__.replace(".pyc", ".py")
 CFG = "m32n64k128_w2x2_s3_g0"  # the baseline pick for M=32 N=64 K=128 (explain mm 32 64 128)
 M, N, K = 32, 64, 128
 TOLERANCE = 2e-2  # bf16 output vs float64: a right kernel lands far below, a wrong one far above
@@ -92,8 +94,8 @@ def env(monkeypatch, tmp_path):
                  "TORCH_FLYDSL_DISABLE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(torch_flydsl_boot, "_warned", set())
-    monkeypatch.setattr(hook, "_said", set())
-    monkeypatch.setattr(hook, "install_error", None)
+    monkeypatch.setattr(common, "_said", set())
+    monkeypatch.setattr(common, "install_error", None)
     hook._uninstall()
     dispatch_table.reload()
     yield monkeypatch
@@ -107,7 +109,7 @@ def reroute_on(env, tmp_path, executor: str, *entries):
     env.setenv("TORCH_FLYDSL_EXECUTOR", executor)
     env.setenv("TORCH_FLYDSL_DISPATCH_TABLE", table_file(tmp_path / "table.json", *(entries or [(M, False)])))
     torch_flydsl_boot.vllm_register()
-    assert hook.installed(), hook.install_error
+    assert hook.installed(), common.install_error
 
 
 def operands(m=M, dtype=torch.bfloat16, bias=False, lead=None):
@@ -241,12 +243,12 @@ def test_reference_standin_plumbing_one_debug_line_per_shape_and_decision(seam, 
 
 def test_reference_standin_plumbing_installing_twice_is_harmless(seam, env, tmp_path):
     reroute_on(env, tmp_path, "reference-standin", (M, False))
-    route = dict(hook._routes)
+    route = dict(linear._routes)
     torch_flydsl_boot.vllm_register()
     hook.install()
-    hook._guarded(hook._reroute, "again")  # as if the post-import hook fired a second time
-    hook._guarded(hook._register_fingerprint, "again")
-    assert hook._routes == route and hook.install_error is None
+    common._guarded(linear._reroute, "again")  # as if the post-import hook fired a second time
+    common._guarded(cache_key._register_fingerprint, "again")
+    assert linear._routes == route and common.install_error is None
     x, w, b = operands()
     out, codes = traced(seam.op, x, w, b)
     assert sum(c.co_name == "rocm_unquantized_gemm_flydsl" for c in codes) == 1  # one wrapper, not stacked
@@ -260,6 +262,7 @@ import os, sys, types, json
 import torch
 import torch_flydsl_boot
 from torch_flydsl.integrations import vllm as hook
+from torch_flydsl.integrations.vllm import common
 if os.environ.get("STANDIN_ROOT"):
     sys.path.insert(0, os.environ["STANDIN_ROOT"])
     torch_flydsl_boot.vllm_register()  # what vLLM does before it builds a model
@@ -279,7 +282,7 @@ import vllm.envs
 x = torch.randn(32, 128).bfloat16(); w = torch.randn(64, 128).bfloat16()
 out = torch.ops.vllm.rocm_unquantized_gemm(x, w, None)
 ref = torch.nn.functional.linear(x.double(), w.double()).bfloat16()
-print(json.dumps({"before": before, "installed": hook.installed(), "error": hook.install_error,
+print(json.dumps({"before": before, "installed": hook.installed(), "error": common.install_error,
                   "ours": torch.equal(out, ref), "fp": hook.FINGERPRINT_KEY in vllm.envs.compile_factors()}))
 """
 

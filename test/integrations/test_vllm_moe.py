@@ -1,4 +1,4 @@
-"""The vLLM fused-MoE re-route (torch_flydsl.integrations.vllm_moe) against two copies of the seam:
+"""The vLLM fused-MoE re-route (torch_flydsl.integrations.vllm.moe) against two copies of the seam:
 the real vLLM 0.33.0 (scripts/vllm_hook_test.sh) and the stand-in package of vllmkit.py (here
 and in CI).
 
@@ -20,7 +20,8 @@ import torch
 import torch_flydsl_boot
 from torch_flydsl import dispatch_table
 from torch_flydsl.integrations import vllm as hook
-from torch_flydsl.integrations import vllm_moe
+from torch_flydsl.integrations.vllm import common
+from torch_flydsl.integrations.vllm import moe as vllm_moe
 
 from vllmkit import module_seam
 
@@ -50,7 +51,7 @@ def env(monkeypatch, tmp_path):
     for name in ("TORCH_FLYDSL_VLLM", "TORCH_FLYDSL_DISPATCH_TABLE", "TORCH_FLYDSL_CACHE_DIR", "TORCH_FLYDSL_EXECUTOR",
                  "TORCH_FLYDSL_DISABLE", "VLLM_BATCH_INVARIANT"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(hook, "_said", set())
+    monkeypatch.setattr(common, "_said", set())
     hook._uninstall()
     dispatch_table.reload()
     import vllm.model_executor.layers.fused_moe.experts.triton_moe as triton_moe
@@ -86,7 +87,7 @@ def reroute_on(env, tmp_path, executor: str, rows=ROWS):
     torch_flydsl_boot.vllm_register()
     import vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method  # noqa: F401 - fires the hook
 
-    assert vllm_moe.installed(), hook.install_error
+    assert vllm_moe.installed(), common.install_error
 
 
 def moe_config(seam):
@@ -195,7 +196,7 @@ def test_knob_on_vllms_method_is_built_as_ours_with_flydsl_experts(seam, env, tm
     assert type(method).__name__ == "FlyDSLUnquantizedFusedMoEMethod"
     assert type(method).name == "unquantized_fused_moe"  # vLLM's custom-op name, for its custom_ops switch
     assert method.experts_cls is vllm_moe.state.experts_class and issubclass(method.experts_cls, TritonExperts)
-    hook._guarded(vllm_moe._register, "again")  # a second post-import firing changes nothing
+    common._guarded(vllm_moe._register, "again")  # a second post-import firing changes nothing
     assert op_registry_oot["UnquantizedFusedMoEMethod"] is type(method)
     hook._uninstall()
     assert "UnquantizedFusedMoEMethod" not in op_registry_oot

@@ -1,4 +1,4 @@
-"""The vLLM MXFP8 linear re-route (torch_flydsl.integrations.vllm_mx) against two copies of the
+"""The vLLM MXFP8 linear re-route (torch_flydsl.integrations.vllm.mx) against two copies of the
 seam: the real vLLM 0.33.0 (scripts/vllm_hook_test.sh) and the stand-in package of vllmkit.py
 (here and in CI).
 
@@ -22,7 +22,8 @@ import torch
 import torch_flydsl_boot
 from torch_flydsl import dispatch_table
 from torch_flydsl.integrations import vllm as hook
-from torch_flydsl.integrations import vllm_mx
+from torch_flydsl.integrations.vllm import common
+from torch_flydsl.integrations.vllm import mx as vllm_mx
 
 from vllmkit import module_seam, traced, write_table
 
@@ -44,7 +45,7 @@ def env(monkeypatch, tmp_path):
     for name in ("TORCH_FLYDSL_VLLM", "TORCH_FLYDSL_DISPATCH_TABLE", "TORCH_FLYDSL_CACHE_DIR", "TORCH_FLYDSL_EXECUTOR",
                  "TORCH_FLYDSL_DISABLE", "TORCH_FLYDSL_RECORD_SHAPES", "VLLM_BATCH_INVARIANT"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(hook, "_said", set())
+    monkeypatch.setattr(common, "_said", set())
     hook._uninstall()
     dispatch_table.reload()
     import vllm.model_executor.kernels.linear.mxfp8.rocm_native as native
@@ -121,7 +122,7 @@ def reroute_on(env, tmp_path, executor: str, *entries):
     env.setenv("TORCH_FLYDSL_DISPATCH_TABLE", table_file(tmp_path / "table.json", *(entries or [(M, False)])))
     torch_flydsl_boot.vllm_register()
     linear_module()
-    assert vllm_mx.installed(), hook.install_error
+    assert vllm_mx.installed(), common.install_error
 
 
 def mx_layer(seed: int = 0):
@@ -184,7 +185,7 @@ def test_knob_on_registers_the_flydsl_kernel_just_ahead_of_vllms_native_one(seam
     after = rocm_kernel_names()
     assert after == ["FlyDSLMxfp8LinearKernel"] + before  # vLLM's order otherwise unchanged
     torch_flydsl_boot.vllm_register()
-    hook._guarded(vllm_mx._register, "again")
+    common._guarded(vllm_mx._register, "again")
     assert rocm_kernel_names() == after  # registered once
     kernel = loaded_kernel(mx_layer())
     assert type(kernel).__name__ == "FlyDSLMxfp8LinearKernel"

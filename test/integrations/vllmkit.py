@@ -81,7 +81,7 @@ STANDIN = {
 
 
 
-# The MXFP8 linear-kernel seam (torch_flydsl.integrations.vllm_mx): the module paths, names and
+# The MXFP8 linear-kernel seam (torch_flydsl.integrations.vllm.mx): the module paths, names and
 # call contracts vLLM 0.33 has there, with CPU bodies written here.
 STANDIN_MX = {
     "vllm/model_executor/kernels/__init__.py": "",
@@ -175,7 +175,7 @@ STANDIN_MX = {
 }
 STANDIN.update(STANDIN_MX)
 
-# The unquantized fused-MoE seam (torch_flydsl.integrations.vllm_moe): vLLM 0.33's CustomOp
+# The unquantized fused-MoE seam (torch_flydsl.integrations.vllm.moe): vLLM 0.33's CustomOp
 # out-of-tree registry, its UnquantizedFusedMoEMethod and TritonExperts, with CPU bodies written
 # here (the GPU-only pieces raise, as vLLM's would on this CPU).
 STANDIN_MOE = {

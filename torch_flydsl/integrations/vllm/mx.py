@@ -50,7 +50,7 @@ With ``--linear-backend`` set, vLLM keeps only the backend's classes and this on
 gets a warning and its own kernels.
 
 Not re-routed: MXFP4 linear layers (the AITER kernel quantizes activations with AITER's own
-kernels and preshuffles weights for its ASM GEMM). Fused MoE: ``vllm_moe``.
+kernels and preshuffles weights for its ASM GEMM). Fused MoE: ``integrations.vllm.moe``.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ import threading
 import types
 from typing import Any, Optional
 
-from .._log import log
-from .vllm import _say, arm, armed, batch_invariant, guarded_serve
+from ..._log import log
+from .common import KNOB, _say, arm, armed, batch_invariant, enabled, guarded_serve, require_seam
 
 KERNELS_MODULE = "vllm.model_executor.kernels.linear"
 NATIVE_MODULE = "vllm.model_executor.kernels.linear.mxfp8.rocm_native"
@@ -76,7 +76,7 @@ K_ALIGN = 128  # the base serves fp8 weights with dot_scaled only when K % 128 =
 ROUTE_ATTR = "torch_flydsl_mx_route"  # set on each layer at load: whether the table decides per call
 
 _lock = threading.Lock()
-ARM_NAME = "mxfp8"  # its name for integrations.vllm.arm
+ARM_NAME = "mxfp8"  # its name for common.arm
 
 
 class _State:
@@ -116,12 +116,10 @@ def _register() -> None:
     table = getattr(linear, "_POSSIBLE_MXFP8_KERNELS", None)
     register = getattr(linear, "register_linear_kernel", None)
     quantize = getattr(quant, "mxfp8_e4m3_quantize", None)
-    missing = [name for name, v in ((f"{NATIVE_MODULE}.{BASE_NAME}", base),
-                                    (f"{KERNELS_MODULE}._POSSIBLE_MXFP8_KERNELS", table),
-                                    (f"{KERNELS_MODULE}.register_linear_kernel", register),
-                                    (f"{QUANT_MODULE}.mxfp8_e4m3_quantize", quantize)) if v is None]
-    if missing:
-        raise RuntimeError(f"this vLLM has no {', '.join(missing)} (the seam torch_flydsl's MXFP8 re-route uses)")
+    require_seam("MXFP8 re-route", {f"{NATIVE_MODULE}.{BASE_NAME}": base,
+                                    f"{KERNELS_MODULE}._POSSIBLE_MXFP8_KERNELS": table,
+                                    f"{KERNELS_MODULE}.register_linear_kernel": register,
+                                    f"{QUANT_MODULE}.mxfp8_e4m3_quantize": quantize})
     with _lock:
         if state.kernel_class is not None or not armed(ARM_NAME):  # registered, or disarmed since (tests)
             return
@@ -172,8 +170,8 @@ def routable(weight, weight_scale) -> Optional[str]:
     """Why a layer keeps the base's path whatever M (None: the table decides per call)."""
     import torch
 
-    from .. import dispatch_table
-    from ..deploy.record import recording
+    from ... import dispatch_table
+    from ...deploy.record import recording
 
     if weight.dim() != 2 or weight.dtype != torch.float8_e4m3fn:
         return f"weight is {weight.dtype} {list(weight.shape)}, not an fp8 e4m3 [N, K]"
@@ -198,12 +196,10 @@ def _kernel_class(base: type) -> type:
 
     class FlyDSLMxfp8LinearKernel(base):  # type: ignore[misc, valid-type]
         """vLLM's native gfx950 MXFP8 linear kernel, with the layers the torch_flydsl dispatch
-        table names served by FlyDSL's MX scaled GEMM (``torch_flydsl.integrations.vllm_mx``)."""
+        table names served by FlyDSL's MX scaled GEMM (``torch_flydsl.integrations.vllm.mx``)."""
 
         @classmethod
         def is_supported(cls, compute_capability=None):
-            from .vllm import KNOB, enabled
-
             if not enabled():
                 return False, f"{KNOB} is off"
             return super().is_supported(compute_capability)
@@ -251,9 +247,9 @@ def _serve_deps():
     """What ``serve`` needs, imported once (function-level imports cost ~1 us each per call)."""
     import torch
 
-    from .. import dispatch_table, ops
-    from ..deploy import record
-    from ..registry import family_for
+    from ... import dispatch_table, ops
+    from ...deploy import record
+    from ...registry import family_for
 
     return torch, dispatch_table.active, ops.try_run, family_for("scaled_mm"), record
 

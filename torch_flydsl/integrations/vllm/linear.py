@@ -1,11 +1,6 @@
 """vLLM on ROCm: serve the unquantized linear layers whose shape the dispatch table names with
-the plugin's dense FlyDSL kernel; leave every other call exactly as vLLM does it. (MXFP8 linear
-layers: ``vllm_mx``; unquantized fused MoE: ``vllm_moe``; both armed by the same ``install``.)
-
-Opt-in: ``TORCH_FLYDSL_VLLM=1`` (with ``VLLM_PLUGINS`` letting ``torch_flydsl`` load, and
-``TORCH_FLYDSL_DISPATCH_TABLE`` naming the table). ``torch_flydsl_boot.vllm_register`` (the
-``vllm.general_plugins`` entry point) calls ``install()`` in every vLLM process; ``install``
-is idempotent and thread-safe, and nothing it does can fail vLLM (errors are logged).
+the plugin's dense FlyDSL kernel; leave every other call exactly as vLLM does it. Armed by
+``torch_flydsl.integrations.vllm.install`` (``TORCH_FLYDSL_VLLM=1``).
 
 The seam
 --------
@@ -52,55 +47,29 @@ toolchain, a compile failure, operands the config does not fit), calls vLLM's or
 ``rocm_unquantized_gemm_impl`` unchanged, so skinny, AITER and hipBLASLt choices stay
 vLLM's. With ``TORCH_FLYDSL_LOG=debug`` one line per distinct (shape, decision) says who
 served it. A miss costs about a microsecond of Python (benchmarks/vllm_reroute_cost.py).
-
-The compile-cache key
----------------------
-vLLM 0.33 names its compile cache ``VLLM_CACHE_ROOT/torch_compile_cache/<hash>`` (and
-``.../torch_aot_compile/<hash>`` for AOT artifacts) from four factors: ``envs.compile_factors()``,
-``VllmConfig.compute_hash()``, the traced source files and the compiler's hash (Inductor's
-portable config and the torch key). ``compile_factors()`` evaluates every getter in the
-public ``vllm.envs.environment_variables`` dict (minus a fixed ignore list) and is used by both
-the regular and the AOT path; it is the one factor a plugin can extend without patching vLLM.
-``install_fingerprint`` adds one entry, ``TORCH_FLYDSL_FINGERPRINT``, whose getter returns
-``fingerprint()``: plugin version, flydsl version and kernel versions, the parsed
-``config.cache_key_knobs()``, the SHA-256 of the dispatch table file's content and
-``TORCH_FLYDSL_VLLM``. A change to any of them gives a new cache directory; vLLM records the
-value in that directory's ``cache_key_factors.json``. (The re-route itself is decided at run
-time inside the opaque op, so a cached graph never embeds it; the key matters for graphs that
-Inductor lowered with FLYDSL among its GEMM backends, which call ``torch.ops.torch_flydsl.*``.)
-The entry is added whenever vLLM loads the plugin (``vllm_register``), with or without the
-re-route: Inductor-lowered FLYDSL graphs need it either way.
-A vLLM whose ``envs`` has no ``compile_factors`` gets a warning naming the directory to clear.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
-from torch_flydsl_boot import env_flag
+from ..._log import log
+from .common import _say, arm, batch_invariant, guarded_serve
 
-from .._log import log
-
-KNOB = "TORCH_FLYDSL_VLLM"
 UTILS_MODULE = "vllm.model_executor.layers.utils"
-ENVS_MODULE = "vllm.envs"
 OP_NAME = "rocm_unquantized_gemm"
 QUALNAME = f"vllm::{OP_NAME}"
 IMPL_ATTR = "rocm_unquantized_gemm_impl"
-FINGERPRINT_KEY = "TORCH_FLYDSL_FINGERPRINT"
+ARM_NAME = "reroute"  # its name for common.arm
 # Keys tried after the platform's own, in case vllm.platforms cannot say.
 _PROBE_KEYS = ("CUDA", "CPU", "XPU", "PrivateUse1")
 
 _lock = threading.Lock()
-_armed: set = set()  # the names arm() has armed in this process
-_said: set = set()
 
 
 @dataclass
@@ -114,66 +83,17 @@ class Route:
 
 
 _routes: dict[str, Route] = {}
-install_error: Optional[str] = None
 
 
-def enabled() -> bool:
-    """``TORCH_FLYDSL_VLLM`` (default off; a bad value warns once and reads as off)."""
-    return env_flag(KNOB, False)
-
-
-def install_fingerprint() -> None:
-    """Add the plugin's fingerprint to vLLM's compile-cache key (idempotent). Done whenever vLLM
-    loads the plugin, re-route or not: a graph Inductor lowered with FLYDSL among its GEMM
-    backends calls ``torch.ops.torch_flydsl.*`` and must not be reused across plugin changes."""
-    arm("fingerprint", ENVS_MODULE, _register_fingerprint, "compile-cache fingerprint not added")
-
-
-def arm(name: str, module: str, step: Callable[[], None], what: str) -> bool:
-    """Run ``step`` (guarded: a failure logs ``what`` and the error) once ``module`` has executed,
-    now if it already has. Once per ``name`` per process; False when it was armed before."""
-    with _lock:
-        if name in _armed:
-            return False
-        _armed.add(name)
-    from .. import _import_hook
-
-    _import_hook.when_imported(module, lambda: _guarded(step, what))
-    return True
-
-
-def armed(name: str) -> bool:
-    """Whether ``arm(name, ...)`` ran (and no ``_uninstall`` since)."""
-    return name in _armed
-
-
-def install() -> bool:
-    """Arm the re-route (and the cache-key fingerprint) when ``TORCH_FLYDSL_VLLM`` is on.
-    Idempotent. Returns whether it is armed. Never raises for a vLLM it cannot hook: it logs."""
-    if not enabled():
-        return False
-    install_fingerprint()
-    arm("reroute", UTILS_MODULE, _reroute, f"{QUALNAME} not re-routed, vLLM's own kernel serves every call")
-    from . import vllm_moe, vllm_mx
-
-    vllm_mx.install()
-    vllm_moe.install()
-    return True
+def install() -> None:
+    """Arm the re-route (idempotent): it is installed when vLLM's layer utils have executed.
+    Called by ``integrations.vllm.install`` (``TORCH_FLYDSL_VLLM=1``)."""
+    arm(ARM_NAME, UTILS_MODULE, _reroute, f"{QUALNAME} not re-routed, vLLM's own kernel serves every call")
 
 
 def installed() -> bool:
     """Whether the dispatcher calls our wrapper for ``vllm::rocm_unquantized_gemm`` now."""
     return bool(_routes)
-
-
-def _guarded(step: Callable[[], None], what: str) -> None:
-    # Runs inside vLLM's import of its own module: nothing may escape.
-    global install_error
-    try:
-        step()
-    except Exception as e:  # noqa: BLE001
-        install_error = f"{type(e).__name__}: {e}"
-        log.warning("torch_flydsl: %s: %s", what, install_error)
 
 
 # -- the re-route ---------------------------------------------------------------------------
@@ -217,29 +137,20 @@ def _reroute() -> None:
 
 
 def _uninstall() -> None:
-    """Give every re-routed key back to vLLM's kernel and drop the fingerprint (tests)."""
-    from . import vllm_moe, vllm_mx
-
-    vllm_mx._uninstall()
-    vllm_moe._uninstall()
+    """Give every re-routed key back to vLLM's kernel (tests: ``integrations.vllm._uninstall``)."""
     with _lock:
         for route in _routes.values():
             route.library._destroy()
         _routes.clear()
-        _armed.clear()
-    envs = sys.modules.get(ENVS_MODULE)
-    table = getattr(envs, "environment_variables", None)
-    if isinstance(table, dict):
-        table.pop(FINGERPRINT_KEY, None)
 
 
 def _make_wrapper(original: Callable) -> Callable:
     """The kernel the dispatcher calls: ours for a table hit, ``original`` for everything else."""
     import torch
 
-    from .. import dispatch_table, ops
-    from ..deploy.record import note_from_env, recording
-    from ..registry import family_for
+    from ... import dispatch_table, ops
+    from ...deploy.record import note_from_env, recording
+    from ...registry import family_for
 
     family = family_for("mm")
     half = (torch.bfloat16, torch.float16)
@@ -306,43 +217,6 @@ def _make_wrapper(original: Callable) -> Callable:
     return rocm_unquantized_gemm_flydsl
 
 
-def batch_invariant() -> bool:
-    """vLLM's ``envs.VLLM_BATCH_INVARIANT`` (False where it cannot be read)."""
-    try:
-        envs = sys.modules.get("vllm.envs")
-        if envs is None:
-            import importlib
-
-            envs = importlib.import_module("vllm.envs")
-        return bool(getattr(envs, "VLLM_BATCH_INVARIANT", False))
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def guarded_serve(what: str, serve: Callable, *args) -> tuple:
-    """``serve(*args)`` (``(output, config)`` or ``(None, why not)``), where an exception of ours
-    becomes ``(None, why)`` with one warning per kind: a bug of ours must never fail vLLM's call.
-    An ``EmulatorError`` that is not a compile failure (the emulator found a kernel wrong) raises."""
-    try:
-        return serve(*args)
-    except Exception as e:
-        if type(e).__name__ == "EmulatorError" and not _caused_by_compile(e):
-            raise
-        said = f"{type(e).__name__}: {e}"
-        _say(logging.WARNING, ("error", what, type(e).__name__), "%s: vLLM's kernel runs: %s", what, said)
-        return None, said
-
-
-def _caused_by_compile(e: BaseException) -> bool:
-    return type(e.__cause__).__name__ == "CompileError"
-
-
-def _say(level: int, key, msg: str, *args) -> None:
-    if key not in _said:
-        _said.add(key)
-        log.log(level, msg, *args)
-
-
 def _note(x, weight, bias, decision: str) -> None:
     try:
         k = x.size(-1)
@@ -351,50 +225,3 @@ def _note(x, weight, bias, decision: str) -> None:
     except Exception:  # noqa: BLE001
         where = f"x{list(x.shape)} weight{list(weight.shape)}"
     _say(logging.DEBUG, (where, decision), "%s %s: %s", QUALNAME, where, decision)
-
-
-# -- the compile-cache fingerprint --------------------------------------------------------------
-
-
-def _table_digest() -> str:
-    """SHA-256 of the dispatch table file in use (``dispatch_table.active()``'s), or of the file
-    ``TORCH_FLYDSL_DISPATCH_TABLE`` names when that one could not be used."""
-    from ..dispatch_table import ENV, active
-
-    path = active().path or os.environ.get(ENV) or ""
-    if not path:
-        return "none"
-    try:
-        with open(path, "rb") as f:
-            return "sha256:" + hashlib.sha256(f.read()).hexdigest()[:16]
-    except OSError as e:
-        return f"unreadable ({type(e).__name__})"
-
-
-def fingerprint() -> str:
-    """What enters vLLM's compile-cache key (whenever vLLM loads the plugin): everything of the
-    plugin that changes what compiled or re-routed code runs. Stable across processes."""
-    try:
-        from .. import config
-        from ..dispatch_table import ENV
-        from ..inductor.versions import fingerprint as versions
-
-        parts = ["/".join(versions())]
-        parts += [f"{name}={value}" for name, value in config.cache_key_knobs()]
-        parts.append(f"{ENV}={_table_digest()}")
-        parts.append(f"{KNOB}={int(enabled())}")
-        return ";".join(parts)
-    except Exception as e:  # noqa: BLE001 - vLLM would drop a factor whose getter raises
-        return f"torch_flydsl fingerprint unavailable: {type(e).__name__}: {e}"
-
-
-def _register_fingerprint() -> None:
-    envs = sys.modules[ENVS_MODULE]
-    table = getattr(envs, "environment_variables", None)
-    if not isinstance(table, dict) or not callable(getattr(envs, "compile_factors", None)):
-        cache_root = os.path.expanduser(os.environ.get("VLLM_CACHE_ROOT", "~/.cache/vllm"))
-        root = os.path.join(cache_root, "torch_compile_cache")
-        raise RuntimeError(f"this vLLM's compile-cache key has no envs.compile_factors() to carry torch_flydsl's "
-                           f"fingerprint: after changing torch_flydsl, flydsl, a TORCH_FLYDSL_* variable or the "
-                           f"dispatch table, clear {root}")
-    table.setdefault(FINGERPRINT_KEY, fingerprint)

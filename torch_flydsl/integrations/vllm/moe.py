@@ -48,8 +48,8 @@ import sys
 import threading
 from typing import Any, Optional
 
-from .._log import log
-from .vllm import _say, arm, armed, batch_invariant, guarded_serve
+from ..._log import log
+from .common import _say, arm, armed, batch_invariant, enabled, guarded_serve, require_seam
 
 METHOD_MODULE = "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method"
 TRITON_MODULE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
@@ -58,7 +58,7 @@ METHOD_NAME = "UnquantizedFusedMoEMethod"
 WHAT = "fused MoE (TritonExperts)"
 
 _lock = threading.Lock()
-ARM_NAME = "moe"  # its name for integrations.vllm.arm
+ARM_NAME = "moe"  # its name for common.arm
 
 
 class _State:
@@ -91,12 +91,10 @@ def _register() -> None:
     experts_base = getattr(triton, "TritonExperts", None)
     op_class = getattr(custom_op, "CustomOp", None)
     registry = getattr(custom_op, "op_registry_oot", None)
-    missing = [n for n, v in ((f"{METHOD_MODULE}.{METHOD_NAME}", method_base),
-                              (f"{TRITON_MODULE}.TritonExperts", experts_base),
-                              (f"{CUSTOM_OP_MODULE}.CustomOp.register_oot", getattr(op_class, "register_oot", None)),
-                              (f"{CUSTOM_OP_MODULE}.op_registry_oot", registry)) if v is None]
-    if missing:
-        raise RuntimeError(f"this vLLM has no {', '.join(missing)} (the seam torch_flydsl's MoE re-route uses)")
+    require_seam("MoE re-route", {f"{METHOD_MODULE}.{METHOD_NAME}": method_base,
+                                  f"{TRITON_MODULE}.TritonExperts": experts_base,
+                                  f"{CUSTOM_OP_MODULE}.CustomOp.register_oot": getattr(op_class, "register_oot", None),
+                                  f"{CUSTOM_OP_MODULE}.op_registry_oot": registry})
     with _lock:
         if state.method_class is not None or not armed(ARM_NAME):
             return
@@ -126,12 +124,10 @@ def _uninstall() -> None:
 def _method_class(method_base: type, experts_base: type, experts_cls: type) -> type:
     class FlyDSLUnquantizedFusedMoEMethod(method_base):  # type: ignore[misc, valid-type]
         """vLLM's unquantized MoE method; when vLLM picks ``TritonExperts``, its experts are
-        ``FlyDSLTritonExperts`` (``torch_flydsl.integrations.vllm_moe``)."""
+        ``FlyDSLTritonExperts`` (``torch_flydsl.integrations.vllm.moe``)."""
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            from .vllm import enabled
-
             if enabled() and getattr(self, "experts_cls", None) is experts_base:
                 self.experts_cls = experts_cls
 
@@ -169,9 +165,9 @@ def _experts_class(base: type) -> type:
 def _serve_deps():
     import torch
 
-    from .. import dispatch_table, ops
-    from ..deploy import record
-    from ..registry import family_for
+    from ... import dispatch_table, ops
+    from ...deploy import record
+    from ...registry import family_for
 
     return torch, dispatch_table.active, ops.try_run, family_for("grouped_mm"), record
 

@@ -1,0 +1,108 @@
+"""What every vLLM re-route shares: the opt-in knob, arming a step for when a vLLM module has
+executed, the guard that keeps a bug of ours from failing vLLM, and the once-per-key log lines.
+
+The bottom of the ``integrations.vllm`` package: ``linear``, ``mx``, ``moe`` and ``cache_key``
+import it, it imports none of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from typing import Callable, Optional
+
+from torch_flydsl_boot import env_flag
+
+from ..._log import log
+
+KNOB = "TORCH_FLYDSL_VLLM"
+
+_lock = threading.Lock()
+_armed: set = set()  # the names arm() has armed in this process
+_said: set = set()
+install_error: Optional[str] = None  # the last armed step's failure, for tests and the log
+
+
+def enabled() -> bool:
+    """``TORCH_FLYDSL_VLLM`` (default off; a bad value warns once and reads as off)."""
+    return env_flag(KNOB, False)
+
+
+def arm(name: str, module: str, step: Callable[[], None], what: str) -> bool:
+    """Run ``step`` (guarded: a failure logs ``what`` and the error) once ``module`` has executed,
+    now if it already has. Once per ``name`` per process; False when it was armed before."""
+    with _lock:
+        if name in _armed:
+            return False
+        _armed.add(name)
+    from ... import _import_hook
+
+    _import_hook.when_imported(module, lambda: _guarded(step, what))
+    return True
+
+
+def armed(name: str) -> bool:
+    """Whether ``arm(name, ...)`` ran (and no ``disarm_all`` since)."""
+    return name in _armed
+
+
+def disarm_all() -> None:
+    """Forget every ``arm`` (tests: ``integrations.vllm._uninstall``)."""
+    with _lock:
+        _armed.clear()
+
+
+def _guarded(step: Callable[[], None], what: str) -> None:
+    # Runs inside vLLM's import of its own module: nothing may escape.
+    global install_error
+    try:
+        step()
+    except Exception as e:  # noqa: BLE001
+        install_error = f"{type(e).__name__}: {e}"
+        log.warning("torch_flydsl: %s: %s", what, install_error)
+
+
+def require_seam(what: str, found: dict) -> None:
+    """Raise naming every vLLM name of ``found`` (qualified name -> what this vLLM has, None when
+    it lacks it) that is missing: ``what`` (e.g. "MXFP8 re-route") cannot hook this vLLM."""
+    missing = [name for name, value in found.items() if value is None]
+    if missing:
+        raise RuntimeError(f"this vLLM has no {', '.join(missing)} (the seam torch_flydsl's {what} uses)")
+
+
+def batch_invariant() -> bool:
+    """vLLM's ``envs.VLLM_BATCH_INVARIANT`` (False where it cannot be read)."""
+    try:
+        envs = sys.modules.get("vllm.envs")
+        if envs is None:
+            import importlib
+
+            envs = importlib.import_module("vllm.envs")
+        return bool(getattr(envs, "VLLM_BATCH_INVARIANT", False))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def guarded_serve(what: str, serve: Callable, *args) -> tuple:
+    """``serve(*args)`` (``(output, config)`` or ``(None, why not)``), where an exception of ours
+    becomes ``(None, why)`` with one warning per kind: a bug of ours must never fail vLLM's call.
+    An ``EmulatorError`` that is not a compile failure (the emulator found a kernel wrong) raises."""
+    try:
+        return serve(*args)
+    except Exception as e:
+        if type(e).__name__ == "EmulatorError" and not _caused_by_compile(e):
+            raise
+        said = f"{type(e).__name__}: {e}"
+        _say(logging.WARNING, ("error", what, type(e).__name__), "%s: vLLM's kernel runs: %s", what, said)
+        return None, said
+
+
+def _caused_by_compile(e: BaseException) -> bool:
+    return type(e.__cause__).__name__ == "CompileError"
+
+
+def _say(level: int, key, msg: str, *args) -> None:
+    if key not in _said:
+        _said.add(key)
+        log.log(level, msg, *args)
