@@ -9,15 +9,23 @@ on the MI350; the table then serves callers that do not autotune (the vLLM re-ro
 
 Only autotuning that runs is seen: a warm autotune cache benchmarks nothing (use a fresh
 ``TORCHINDUCTOR_CACHE_DIR``). The seam is Inductor's public ``add_feedback_saver``, called after
-each benchmark with the timings of every choice; nothing here can fail a compile.
+each benchmark with the timings of every choice; nothing here can fail a compile. The Inductor
+glue hands ``ensure_installed`` its converter from an IR node to a ``TensorMeta``: this module
+reads shapes from metas only, never from Inductor's IR (``deploy`` does not import ``inductor``).
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import threading
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+if TYPE_CHECKING:
+    from ..templates.base import TensorMeta
+
+    MetaOf = Callable[[Any], Optional[TensorMeta]]  # an Inductor input node -> its TensorMeta (None: symbolic)
 
 ENV = "TORCH_FLYDSL_RECORD_WINNERS"
 _lock = threading.Lock()
@@ -25,9 +33,10 @@ _installed_for: Optional[str] = None
 _entries: dict = {}  # (dtype, layout, bias, m, n, k) -> Entry
 
 
-def ensure_installed() -> None:
+def ensure_installed(meta_of: MetaOf) -> None:
     """Register the feedback saver once per process when ``TORCH_FLYDSL_RECORD_WINNERS`` is set
-    (called when FlyDSL choices are offered: select_algorithm is loaded by then)."""
+    (called when FlyDSL choices are offered: select_algorithm is loaded by then). ``meta_of``
+    turns each of Inductor's input nodes into a ``TensorMeta`` (``inductor.offer.tensor_meta``)."""
     global _installed_for
     path = os.environ.get(ENV)
     if not path or _installed_for is not None:
@@ -37,23 +46,24 @@ def ensure_installed() -> None:
             return
         from torch._inductor import select_algorithm
 
-        select_algorithm.add_feedback_saver(_feedback)
+        select_algorithm.add_feedback_saver(functools.partial(_feedback, meta_of))
         atexit.register(_save, path)
         _installed_for = path
 
 
-def _feedback(timings, name, input_nodes, *rest) -> None:
+def _feedback(meta_of: MetaOf, timings, name, input_nodes, *rest) -> None:
     """Inductor's feedback hook: (timings by choice, op name, input nodes, ...); the rest of
     its arguments differ between torch releases and are not read."""
     try:
-        _note(timings, name, input_nodes)
+        note(timings, name, [meta_of(n) for n in input_nodes])
     except Exception:  # noqa: BLE001 - recording must never disturb a compile
         pass
 
 
-def _note(timings: dict, name: str, input_nodes) -> None:
+def note(timings: dict, name: str, metas: list[Optional[TensorMeta]]) -> None:
+    """One autotuning result: ``timings`` by choice for op ``name`` over inputs ``metas`` (None
+    for an input with a symbolic size). A FlyDSL winner becomes an entry."""
     from ..dispatch_table import Entry
-    from ..inductor.offer import tensor_meta
     from .record import shape_of
 
     if name not in ("mm", "addmm") or not timings:
@@ -65,7 +75,6 @@ def _note(timings: dict, name: str, input_nodes) -> None:
     description = getattr(best, "description", "") or ""
     if not description.startswith("FlyDSL "):
         return  # another choice won: the table keeps that shape on the caller's own path
-    metas = [tensor_meta(n) for n in input_nodes]
     if any(m is None for m in metas):
         return  # symbolic sizes: a table names static shapes
     a, b, bias = (metas[0], metas[1], None) if name == "mm" else (metas[1], metas[2], metas[0])

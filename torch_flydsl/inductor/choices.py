@@ -17,7 +17,7 @@ import os
 import threading
 
 from .._log import log
-from .offer import log_offer, plan
+from .offer import log_offer, plan, tensor_meta
 from .versions import fingerprint
 
 
@@ -107,7 +107,7 @@ def bind_configs(offer, nodes, layout, scalars: dict) -> list:
     if offer.configs and os.environ.get("TORCH_FLYDSL_RECORD_WINNERS"):
         from ..deploy.winners import ensure_installed
 
-        ensure_installed()
+        ensure_installed(tensor_meta)
     choice = extern_choice(family.custom_op_for(op_name).name)
     kwargs = family.impl().call_kwargs(op_name, scalars)
     callers = []
