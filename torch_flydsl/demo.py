@@ -43,7 +43,7 @@ def _compile_generated_calls(model, x, force_flydsl: bool):
     import torch._inductor.config as ic
     from torch._inductor.utils import run_and_get_code
 
-    patch = contextlib.nullcontext()
+    patch: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     if force_flydsl:
         from unittest import mock
 
@@ -110,7 +110,7 @@ def run(quick: bool = False) -> int:
 
     print(f"No gfx950 GPU here ({reason}).")
     print("Showing what FlyDSL would do on an MI350: candidates, gfx950 binaries, emulated results.\n")
-    rows = []
+    rows: list[tuple] = []  # one table's rows at a time
     offered = {}
     for label, gm, gn, gk, bias in _gemms(model, m):
         ex = explain_mm(gm, gn, gk, layout="nt", bias=bias)

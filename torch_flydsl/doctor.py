@@ -106,7 +106,7 @@ def _dispatch_table() -> str:
         return "none (TORCH_FLYDSL_DISPATCH_TABLE)"
     if not len(table):
         return f"{where}: 0 entries (unusable: see the warning above)"
-    ops = {}
+    ops: dict[str, int] = {}
     for e in table.entries:
         ops[e.op] = ops.get(e.op, 0) + 1
     return f"{where}: {len(table)} entries (" + ", ".join(f"{n} {op}" for op, n in ops.items()) + ")"

@@ -42,7 +42,18 @@ def _compiled_code(fn: Callable, inputs: tuple, backends: Optional[str]):
     return compiled, "\n".join(code)
 
 
-def triton_fn(fn: Callable, *inputs, gemm: bool = True, need_template: bool = False, what: str = "op") -> Callable:
+class TritonCall:
+    """Inductor's compiled code called on its inputs; ``template`` is whether a Triton template
+    kernel runs in it (False: Triton code of Inductor's own, where it decomposes the op)."""
+
+    def __init__(self, compiled: Callable, inputs: tuple, template: bool):
+        self.compiled, self.inputs, self.template = compiled, inputs, template
+
+    def __call__(self):
+        return self.compiled(*self.inputs)
+
+
+def triton_fn(fn: Callable, *inputs, gemm: bool = True, need_template: bool = False, what: str = "op") -> TritonCall:
     """What Inductor's max-autotune makes of ``fn(*inputs)`` with Triton as its only GEMM
     backend (``gemm``; otherwise Inductor's defaults): its Triton template, or Triton code of
     its own where it decomposes the op; ``.template`` says which. Raises ``TritonUnavailable``
@@ -58,12 +69,7 @@ def triton_fn(fn: Callable, *inputs, gemm: bool = True, need_template: bool = Fa
         raise TritonUnavailable(f"Inductor's compiled {what} holds no Triton template kernel here")
     if "triton_" not in src or "extern_kernels." in src and not template:
         raise TritonUnavailable(f"Inductor's compiled {what} runs no Triton kernel here")
-
-    def call():
-        return compiled(*inputs)
-
-    call.template = template
-    return call
+    return TritonCall(compiled, inputs, template)
 
 
 @contextlib.contextmanager
@@ -141,4 +147,6 @@ def _native_off(aten: Optional[str]):
         return contextlib.nullcontext()
     import torch.backends.python_native as pn
 
-    return pn.operations_disabled(aten)
+    # torch 2.15+ only (where _registered_eager_ops found an op to step aside); unused-ignore for
+    # a torch that has it
+    return pn.operations_disabled(aten)  # type: ignore[attr-defined, unused-ignore]

@@ -67,7 +67,7 @@ import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -264,9 +264,10 @@ def _routing_summary(sizes: list[int]) -> tuple[int, int, int]:
 def dry_run(cases: list[Case], b_majors, dtype, breadth: str) -> int:
     from torch_flydsl.templates.base import Decline
 
-    rows, sets = [], {bm: {} for bm in b_majors}
+    rows = []
+    sets: dict[str, dict[tuple[str, ...], list[Case]]] = {bm: {} for bm in b_majors}
     for i, c in enumerate(cases):
-        counts = []
+        counts: list[int | str] = []
         for bm in b_majors:
             p = problem_for(c, bm, dtype)
             keys = () if isinstance(p, Decline) else tuple(cfg.key() for cfg in candidates(p, breadth))
@@ -301,7 +302,7 @@ def bench_case(case: Case, b_major: str, args, flush, config_rows: list, dev: to
 
     dtype = DTYPES[args.dtype]
     lo, hi, empty = _routing_summary(case.sizes())
-    row = {"model": case.model, "G": case.groups, "top_k": case.moe.top_k, "H": case.moe.hidden,
+    row: dict[str, Any] = {"model": case.model, "G": case.groups, "top_k": case.moe.top_k, "H": case.moe.hidden,
            "I": case.moe.inter, "proj": case.projection,
            "tokens": case.tokens, "T": case.rows, "N": case.n, "K": case.k, "routing": case.routing,
            "b_major": b_major, "min_rows": lo, "max_rows": hi, "empty": empty}
@@ -429,7 +430,9 @@ def measure(cases: list[Case], args, state: Optional[dict] = None) -> tuple[list
     """Every case under every ``args.b_major`` on the current GPU: (rows, config rows).
     ``state`` (see ``bench_case``) is left holding Triton's availability."""
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda") if args.flush_l2 else None
-    rows, config_rows, state = [], [], {} if state is None else state
+    rows: list[dict] = []
+    config_rows: list[dict] = []
+    state = {} if state is None else state
     dev = torch.device("cuda", torch.cuda.current_device())
     for b_major in args.b_major:
         for c in cases:
@@ -449,7 +452,7 @@ def run(args, cases: list[Case]) -> int:
         return 1
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    state = {}
+    state: dict = {}
     rows, config_rows = measure(cases, args, state)
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__} (HIP {torch.version.hip}), {args.dtype}, "
           f"FlyDSL via {args.via}, {'L2 flushed' if args.flush_l2 else 'warm L2'}")

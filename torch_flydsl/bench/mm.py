@@ -62,7 +62,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -196,7 +196,7 @@ def bench_shape(m: int, n: int, k: int, args, flush, config_rows: list, dev) -> 
     from torch_flydsl.templates.base import Decline
     from torch_flydsl.templates.dense_gemm import reference
 
-    row = {"M": m, "N": n, "K": k}
+    row: dict[str, Any] = {"M": m, "N": n, "K": k}
     problem = problem_for(m, n, k)
     if isinstance(problem, Decline):
         return {**row, "note": f"declined: {problem}"}
@@ -333,7 +333,8 @@ def plan(shapes, args) -> str:
     """The shapes, the configs that fit each and how they would be timed."""
     from torch_flydsl.templates.base import Decline
 
-    rows, sets = [], {}
+    rows = []
+    sets: dict[tuple[str, ...], list[str]] = {}
     for i, (m, n, k) in shapes:
         p = problem_for(m, n, k)
         keys = () if isinstance(p, Decline) else tuple(c.key() for c in candidates(p, args.breadth))
@@ -357,7 +358,8 @@ def plan(shapes, args) -> str:
 def measure(shapes, args) -> tuple[list, list]:
     """Every ``(number, (M, N, K))`` of ``shapes`` on the current GPU: (rows, config rows)."""
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda") if args.flush_l2 else None
-    rows, config_rows = [], []
+    rows: list[dict] = []
+    config_rows: list[dict] = []
     dev = torch.device("cuda", torch.cuda.current_device())
     side = torch.cuda.Stream(dev)  # graph capture needs a non-default stream; events use it too
     with torch.cuda.stream(side):

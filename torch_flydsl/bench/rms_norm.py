@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import itertools
 from pathlib import Path
+from typing import Iterable
 
 import torch
 
@@ -115,11 +116,11 @@ def plot(results: list, path: Path) -> bool:
     return True
 
 
-def measure(cases, args) -> tuple[list, list]:
+def measure(cases: Iterable[tuple[str, int, int]], args) -> tuple[list, list]:
     """Every ``(dtype, rows, n)`` of ``cases`` on the current GPU: (rows, no config rows)."""
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda") if args.flush else None
-    results = [bench_case(*c, args.iters, flush, args.warmup, triton=not getattr(args, "no_triton", True),
-                          intree=getattr(args, "intree", False)) for c in cases]
+    results = [bench_case(dtype, rows, n, args.iters, flush, args.warmup, triton=not getattr(args, "no_triton", True),
+                          intree=getattr(args, "intree", False)) for dtype, rows, n in cases]
     return results, []
 
 

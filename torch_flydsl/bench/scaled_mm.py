@@ -173,8 +173,8 @@ def flydsl_fn(via: str, cfg, problem, a, b, sa, sb, out) -> Callable[[], torch.T
 def dry_run(formats, breadth: str) -> int:
     from torch_flydsl.templates.base import Decline
 
-    counts = {f: [] for f in formats}
-    sets = {f: {} for f in formats}
+    counts: dict[str, list[int | str]] = {f: [] for f in formats}
+    sets: dict[str, dict[tuple[str, ...], list[tuple[int, int, int]]]] = {f: {} for f in formats}
     for m, n, k in SUITE:
         for f in formats:
             p = problem_for(f, m, n, k)
@@ -274,7 +274,8 @@ def plot(path: Path, rows: list, formats) -> bool:
 def measure(shapes, args) -> tuple[list, list]:
     """Every ``(format, M, N, K)`` of ``shapes`` on the current GPU: (rows, config rows)."""
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda") if args.flush_l2 else None
-    rows, config_rows = [], []
+    rows: list[dict] = []
+    config_rows: list[dict] = []
     dev = torch.device("cuda", torch.cuda.current_device())
     for fmt, m, n, k in shapes:
         print(f"{fmt} {m}x{n}x{k} ...", file=sys.stderr, flush=True)

@@ -109,10 +109,10 @@ def short_error(e: BaseException) -> str:
 def check_and_time(fn: Callable, ref, args, flush, limit: float, timer: Callable = time_ms) -> dict:
     """``err`` (against ``ref``, NaN without one) from ``fn``'s first call, then ``ms`` from
     ``timer`` unless the error exceeds ``limit``; ``error`` on any exception."""
-    entry = {}
+    entry: dict[str, float | str] = {}
     try:
-        entry["err"] = rel_error(fn(), ref)
-        if not entry["err"] > limit:  # NaN (no check) times too
+        entry["err"] = err = rel_error(fn(), ref)
+        if not err > limit:  # NaN (no check) times too
             entry["ms"] = timer(fn, args.warmup, args.iters, flush)
     except Exception as e:  # compile or launch failure, an operand form this build does not take
         entry["error"] = short_error(e)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Tuple
 
 from .capture import capture
 from .checker import Findings
 from .executor import EmulationReport, compiled_program, run_host, run_launch
 from .memory import GlobalMemory, tensor_span
+
+if TYPE_CHECKING:  # torch is imported where it is used
+    import torch
 
 
 def _collect_tensors(obj, out, depth=0):
@@ -69,7 +72,7 @@ def emulate(
         if isinstance(t, torch.Tensor) and t.device.type != "cpu":
             raise ValueError("emulate() runs on CPU tensors only")
     captured = capture(jit_fn, *args, **kwargs)
-    found = []
+    found: List[torch.Tensor] = []
     _collect_tensors(list(args) + list(kwargs.values()) + list(tensors), found)
     spans = []
     for i, t in enumerate(found):

@@ -148,7 +148,7 @@ def host_arg_values(func: Func, slots: Sequence[HostSlot]):
     types = func.body.arg_types
     if len(types) != len(slots):
         raise EmulatorError(f"host function takes {len(types)} values but the jit arguments packed {len(slots)} slots")
-    out = []
+    out: List[Optional[np.ndarray]] = []
     for t, s in zip(types, slots):
         if t.kind == "ptr":
             out.append(np.array([s.value or 0], np.int64))
@@ -168,6 +168,8 @@ def host_arg_values(func: Func, slots: Sequence[HostSlot]):
 
 
 def run_host(cp: CompiledProgram, slots: Sequence[HostSlot]) -> List[dict]:
+    if cp.host_name is None or cp.host_body is None:
+        raise EmulatorError("the module was translated without a host function")
     func = cp.program.host_funcs[cp.host_name]
     W = Wave(None, 0, cp.program.num_values, lanes=1)
     for vid, v in zip(func.body.args, host_arg_values(func, slots)):

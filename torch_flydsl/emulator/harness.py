@@ -14,7 +14,7 @@ padding, another part of its storage, or an input is wrong even when the numbers
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -177,7 +177,7 @@ def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
 
 def _element_bytes(t: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
     """Storage byte indices of the elements of ``t`` selected by the bool mask ``which``."""
-    pos = t.storage_offset() + torch.from_numpy(element_offsets(t))
+    pos = int(t.storage_offset()) + torch.from_numpy(element_offsets(t))  # an int: a concrete tensor
     size = t.element_size()
     return (pos[which].unsqueeze(1) * size + torch.arange(size)).reshape(-1)
 
@@ -187,13 +187,14 @@ class StorageWatch:
     storage with a changed byte outside the output elements the reference defines."""
 
     def __init__(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], defined: Sequence[torch.Tensor]):
-        self.storages = {}  # storage address -> [bytes view, snapshot, may-change mask, names]
+        # storage address -> (bytes view, snapshot, may-change mask, names)
+        self.storages: Dict[int, Tuple[torch.Tensor, torch.Tensor, torch.Tensor, List[str]]] = {}
         for kind, tensors in (("input", inputs), ("output", outputs)):
             for i, t in enumerate(tensors):
                 key = t.untyped_storage().data_ptr()
                 if key not in self.storages:
                     raw = _storage_bytes(t)
-                    self.storages[key] = [raw, raw.clone(), torch.zeros(raw.shape, dtype=torch.bool), []]
+                    self.storages[key] = (raw, raw.clone(), torch.zeros(raw.shape, dtype=torch.bool), [])
                 self.storages[key][3].append(f"{kind} {i}")
         for out, which in zip(outputs, defined):
             self.storages[out.untyped_storage().data_ptr()][2][_element_bytes(out, which)] = True

@@ -72,7 +72,7 @@ def short_location(loc_text: str) -> str:
     if not parts:
         return "<unknown location>"
     # Deduplicate consecutive repeats and keep the chain short.
-    out = []
+    out: List[str] = []
     for p in parts:
         if not out or out[-1] != p:
             out.append(p)
@@ -88,6 +88,8 @@ def _dense_to_numpy(attr, ir) -> Any:
         val = _scalar_attr(v, ir)
         return np.full(shape, val) if shape else val
     m = re.match(r"dense<(.*)>\s*:", text, re.S)
+    if m is None:  # convert_attr's caller then keeps the attribute's text
+        raise ValueError(f"unreadable dense attribute {text!r}")
     body = m.group(1)
     nums = re.findall(r"-?(?:0x[0-9A-Fa-f]+|inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|true|false)", body)
     vals = []
@@ -134,7 +136,7 @@ def convert_attr(a, ir) -> Any:
 
 
 class _Reader:
-    def __init__(self, ir):
+    def __init__(self, ir) -> None:
         self.ir = ir
         self.ids: Dict[Any, int] = {}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import List, Optional
+from typing import Deque, List, Optional, Tuple
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class Wave:
         self.lanes = lanes
         self.lane = np.arange(lanes, dtype=np.int64)
         self.wg = wg
-        self.vm_queue = deque()  # outstanding vector-memory ops: (async_op_id or -1, lds byte idx)
+        self.vm_queue: Deque[Tuple[int, Optional[int]]] = deque()  # outstanding vector-memory ops: (async_op_id or -1, lds byte idx)
         if wg is not None:
             linear = wave_id * WAVE + self.lane
             bx, by, _bz = wg.block

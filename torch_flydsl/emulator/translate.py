@@ -10,7 +10,7 @@ at translation time, naming the op and its source location.
 
 from __future__ import annotations
 
-from typing import Callable, Dict
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -120,14 +120,15 @@ class Translator:
         self.program = program
         self.lds_offsets = lds_offsets
         self.host = host
-        self.launches = []  # host: filled by gpu.launch_func
-        self._constants = None  # value id -> attribute value of its arith/llvm constant
+        self.launches: List[dict] = []  # host: filled by gpu.launch_func
+        # value id -> attribute value of its arith/llvm constant
+        self._constants: Optional[Dict[int, Any]] = None
 
     def constant_of(self, value_id: int):
         """``(True, value)`` if ``value_id`` is defined by ``arith.constant`` / ``llvm.mlir.constant``,
         else ``(False, None)``: lets an op tell compile-time constants from run-time values."""
         if self._constants is None:
-            consts = {}
+            consts: Dict[int, Any] = {}
 
             def walk(blk):
                 for n in blk.ops:
@@ -140,8 +141,9 @@ class Translator:
             for f in list(self.program.kernels.values()) + list(self.program.host_funcs.values()):
                 walk(f.body)
             self._constants = consts
-        if value_id in self._constants:
-            return True, self._constants[value_id]
+        constants = self._constants
+        if value_id in constants:
+            return True, constants[value_id]
         return False, None
 
     def block_may_yield(self, blk: Block) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -36,8 +36,14 @@ class TypeInfo:
     addr_space: int = 0
 
     @property
+    def element(self) -> "TypeInfo":
+        """The element type of a vector or array (``parse_type`` always sets it for those)."""
+        assert self.elem is not None, f"{self.text} has no element type"
+        return self.elem
+
+    @property
     def scalar(self) -> "TypeInfo":
-        return self.elem if self.kind in ("vector",) else self
+        return self.element if self.kind in ("vector",) else self
 
     @property
     def np_dtype(self):
@@ -65,9 +71,11 @@ _FLOAT_WIDTH = {
 }
 
 
-def _split_top(s: str) -> list:
+def _split_top(s: str) -> List[str]:
     """Split on commas that are not nested inside <>, (), []."""
-    out, depth, cur = [], 0, []
+    out: List[str] = []
+    depth = 0
+    cur: List[str] = []
     for ch in s:
         if ch in "<([":
             depth += 1
@@ -168,12 +176,12 @@ def byte_size(t: TypeInfo) -> int:
         return 8 if t.addr_space in (0, 1, 4) else (4 if t.addr_space in (3, 5) else 16)
     if t.kind == "vector":
         n = int(np.prod(t.shape))
-        bits = n * t.elem.width
+        bits = n * t.element.width
         if bits % 8:
             raise UnsupportedOp(f"type {t.text}", "vector is not a whole number of bytes")
         return bits // 8
     if t.kind == "array":
-        return t.shape[0] * byte_size(t.elem)
+        return t.shape[0] * byte_size(t.element)
     if t.kind == "struct":
         if "packed" not in t.text:
             raise UnsupportedOp(f"type {t.text}", "non-packed struct layout")

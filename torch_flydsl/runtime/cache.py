@@ -45,9 +45,14 @@ def _load_alone(name: str):
     import importlib.util
 
     try:
-        torch_dir = Path(importlib.util.find_spec("torch").origin).parent
+        torch_spec = importlib.util.find_spec("torch")
+        if torch_spec is None or torch_spec.origin is None:
+            return None
+        torch_dir = Path(torch_spec.origin).parent
         path = torch_dir.joinpath(*name.split(".")[1:]).with_suffix(".py")
         spec = importlib.util.spec_from_file_location(f"torch_flydsl._alone.{name}", path)
+        if spec is None or spec.loader is None:
+            return None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except Exception:  # another torch layout: the ordinary import is only slower

@@ -122,7 +122,9 @@ def _registered_eager_ops() -> Optional[set]:
     try:
         import torch.backends.python_native as pn
 
-        return {str(op).split("::")[-1].split(".")[0] for op in pn.get_dsl_operations("flydsl")}
+        # torch 2.15+ only (an older torch raises here: None); unused-ignore for a torch that has it
+        ops = pn.get_dsl_operations("flydsl")  # type: ignore[attr-defined, unused-ignore]
+        return {str(op).split("::")[-1].split(".")[0] for op in ops}
     except Exception:
         return None
 

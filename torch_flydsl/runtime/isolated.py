@@ -50,7 +50,7 @@ def signature(args: tuple) -> tuple:
     any other value's type (sizes, strides and pointers are runtime values of every kernel)."""
     import torch
 
-    sig = []
+    sig: list[tuple[str, str, int, tuple[bool, ...]] | str] = []
     for a in args:
         if isinstance(a, torch.Tensor):
             sig.append(("tensor", str(a.dtype), a.dim(), tuple(s == 1 for s in a.stride())))

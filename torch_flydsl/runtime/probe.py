@@ -63,8 +63,8 @@ def flydsl_info() -> FlyDSLInfo:
 
 def flydsl_has_cpu_safe_compile() -> bool:
     """0.4.0 added a ``flyc.compile`` that returns without launching; 0.3.x needs COMPILE_ONLY."""
-    info = flydsl_info()
-    return bool(info.version) and _parse_version(info.version) >= (0, 4)
+    version = flydsl_info().version
+    return _parse_version(version) >= (0, 4) if version else False
 
 
 def find_lld() -> Optional[Path]:

@@ -69,7 +69,7 @@ def placeholders(args: tuple) -> tuple:
     ``CannotTravel`` for a value that cannot (the caller compiles in its own process)."""
     import torch
 
-    out = []
+    out: list[object] = []
     for a in args:
         if isinstance(a, torch.Tensor):
             out.append(torch.empty_strided(tuple(a.shape), tuple(a.stride()), dtype=a.dtype, device="meta"))

@@ -115,7 +115,7 @@ def zero_value(t: TypeInfo):
     if t.kind == "struct":
         return tuple(zero_value(f) for f in t.fields)
     if t.kind == "array":
-        return tuple(zero_value(t.elem) for _ in range(t.shape[0]))
+        return tuple(zero_value(t.element) for _ in range(t.shape[0]))
     shape = (1,) + (t.shape if t.kind == "vector" else ())
     return np.zeros(shape, t.scalar.np_dtype)
 

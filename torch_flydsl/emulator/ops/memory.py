@@ -125,7 +125,7 @@ def _gep_plan(elem: TypeInfo, raw, ndyn):
             plan.append((sum(byte_size(f) for f in cur.fields[:idx]), 0))
             cur = cur.fields[idx]
         elif cur.kind in ("array", "vector"):
-            e = cur.elem
+            e = cur.element
             plan.append((None if idx == _GEP_DYN else idx * byte_size(e), byte_size(e)))
             cur = e
         else:

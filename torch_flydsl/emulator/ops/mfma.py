@@ -53,7 +53,7 @@ def _operand_decoder(t: TypeInfo, suffix: str, which: int, values: int):
     s = t.scalar
     if s.kind == "float" and s.width >= 16:
         return lambda x: x.reshape(x.shape[0], -1).astype(np.float64)
-    if s.kind == "int" or (s.kind == "vector" and s.elem.kind == "int"):
+    if s.kind == "int" or (s.kind == "vector" and s.element.kind == "int"):
         # packed narrow elements: fp8/bf8 (8-bit codes) or i8
         fmts = [p for p in suffix.split(".") if p]
         fmt = fmts[min(which, len(fmts) - 1)] if fmts else ""
