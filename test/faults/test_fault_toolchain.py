@@ -55,7 +55,7 @@ def test_flydsl_missing_cold_is_never_offered_and_a_warning_says_not_installed(t
 
 @pytest.mark.emulator
 def test_flydsl_missing_warm_misses_the_fx_cache_and_pytorch_recompiles(tmp_path, warm_copy):
-    # The FX-graph key carries the FlyDSL version (inductor.versions.fingerprint): with flydsl
+    # The FX-graph key carries the FlyDSL version (torch_flydsl.fingerprint): with flydsl
     # gone the entry calling the plugin op is not reused; Inductor recompiles without FlyDSL.
     r = fk.run_model(warm_copy, tmp_path, {**fk.EMULATOR, **INFO}, fk.hide_flydsl(tmp_path / "pp")).ok()
     assert (r.result["fx_hits"], r.result["fx_misses"]) == (0, 1)

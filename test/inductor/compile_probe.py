@@ -128,16 +128,17 @@ def main(opts):
         torch.version.hip = "7.0.0"
     if torch_flydsl.is_enabled():
         importlib.import_module("torch._inductor.lowering")  # installs the glue
-        from torch_flydsl.inductor import choices, versions
+        from torch_flydsl.inductor import choices
 
         if opts.get("bump_version"):
-            versions.fingerprint.cache_clear()
-            orig = versions.fingerprint.__wrapped__
-            versions.fingerprint = lambda: orig() + ("bumped",)
-            choices.fingerprint = versions.fingerprint
+            import torch_flydsl.fingerprint as fp
             import torch_flydsl.inductor.extern as extern
 
-            extern.fingerprint_str = lambda: "/".join(versions.fingerprint())
+            fp.fingerprint.cache_clear()
+            orig = fp.fingerprint.__wrapped__
+            fp.fingerprint = lambda: orig() + ("bumped",)
+            choices.fingerprint = fp.fingerprint
+            extern.fingerprint_str = lambda: "/".join(fp.fingerprint())
             ic.inductor_choices_class = None
             from torch_flydsl.inductor import install
 

@@ -18,7 +18,7 @@ import threading
 
 from .._log import log
 from .offer import log_offer, plan, tensor_meta
-from .versions import fingerprint
+from ..fingerprint import fingerprint
 
 
 def _node_label(op_name: str) -> str:

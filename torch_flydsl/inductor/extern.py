@@ -13,7 +13,7 @@ from torch._inductor import select_algorithm
 from torch._inductor.select_algorithm import ExternKernelChoice
 
 from .. import ops
-from .versions import fingerprint_str
+from ..fingerprint import fingerprint_str
 
 
 class FlyDSLExternChoice(ExternKernelChoice):

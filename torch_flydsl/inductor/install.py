@@ -31,7 +31,7 @@ def install() -> bool:
     from torch._inductor import config as ic
 
     from .choices import LiveKnobs, is_ours, make_choices
-    from .versions import fingerprint
+    from ..fingerprint import fingerprint
 
     current = ic.inductor_choices_class
     if current is None or is_ours(current):

@@ -1,27 +1,13 @@
-"""Version fingerprint that goes into every cache key the plugin influences."""
+"""Which torch releases the Inductor glue was tested on, and Inductor API names that moved between
+them. (The plugin's version fingerprint, in every cache key: ``torch_flydsl.fingerprint``.)"""
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 # The newest torch release whose Inductor seams the glue tests ran on
 # (scripts/test_torch_versions.sh). Newer ones still get the glue; doctor says "untested".
 NEWEST_TESTED_TORCH = (2, 15)
-
-
-@functools.lru_cache(maxsize=None)
-def fingerprint() -> tuple[str, ...]:
-    from .._version import __version__
-    from ..registry import families
-    from ..runtime.probe import flydsl_info
-
-    kernels = tuple(x for f in families() for x in (f.name, f.impl().KERNEL_VERSION))
-    return ("torch_flydsl", __version__, "flydsl", str(flydsl_info().version)) + kernels
-
-
-def fingerprint_str() -> str:
-    return "/".join(fingerprint())
 
 
 def untested_torch() -> Optional[str]:

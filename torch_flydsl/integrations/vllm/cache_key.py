@@ -59,7 +59,7 @@ def fingerprint() -> str:
     try:
         from ... import config
         from ...dispatch_table import ENV
-        from ...inductor.versions import fingerprint as versions
+        from ...fingerprint import fingerprint as versions
 
         parts = ["/".join(versions())]
         parts += [f"{name}={value}" for name, value in config.cache_key_knobs()]
