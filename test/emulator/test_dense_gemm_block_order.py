@@ -21,7 +21,8 @@ pytest.importorskip("flydsl")
 
 from torch_flydsl.emulator import emulate  # noqa: E402
 from torch_flydsl.templates.dense_gemm import kernel  # noqa: E402
-from torch_flydsl.templates.dense_gemm.config import NUM_XCDS, DenseGemmConfig  # noqa: E402
+from torch_flydsl.templates.dense_gemm.config import DenseGemmConfig  # noqa: E402
+from torch_flydsl.templates.gemm.limits import NUM_XCDS  # noqa: E402
 from torch_flydsl.templates.dense_gemm.launcher import compile_args  # noqa: E402
 
 pytestmark = pytest.mark.emulator

@@ -5,7 +5,8 @@ config fields, so Inductor choice generation and the ``explain`` CLI can call it
 
 The kernel (``kernel.py``) is fixed to one MFMA shape, ``v_mfma_f32_16x16x32_{bf16,f16}``
 on wave64, and stages A/B tiles through LDS with gfx950's async buffer->LDS DMA
-(16 bytes per lane). The constraints below mirror what that kernel needs.
+(16 bytes per lane): the GEMM toolkit's pieces, whose numbers (``gemm.limits``,
+``gemm.geometry``) the constraints below check.
 """
 
 from __future__ import annotations
@@ -18,31 +19,16 @@ from typing import Optional
 import torch
 
 from ..base import Decline, pick_by_size, split_by_fit
+from ..gemm.geometry import MMA_K, MMA_M, MMA_N, VEC, c_lds_row_stride
+from ..gemm.limits import LDS_LIMIT_BYTES, MAX_ACC_REGS_PER_LANE, MAX_THREADS, MAX_VMCNT, NUM_CUS, WAVE_SIZE
 from .problem import GemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
 KERNEL_VERSION = "dense_gemm-5"
 
-WAVE_SIZE = 64
-MMA_M, MMA_N, MMA_K = 16, 16, 32  # v_mfma_f32_16x16x32_{bf16,f16}
 ELEM_BYTES = 2  # bf16 / fp16
-DMA_BYTES = 16  # one async buffer->LDS load moves 16 bytes per lane
-VEC = DMA_BYTES // ELEM_BYTES  # elements per DMA vector
-LDS_LIMIT_BYTES = 160 * 1024  # gfx950 LDS per workgroup
-MAX_THREADS = 1024
-MAX_VMCNT = 63  # s_waitcnt vmcnt field on gfx950
 MAX_SPLIT_K = 16
-NUM_CUS = 256  # MI355X
-NUM_XCDS = 8  # MI350: workgroups are dispatched round-robin over 8 XCDs (separate L2s)
-# Accumulator budget per lane (fp32 registers); beyond this the register allocator spills.
-MAX_ACC_REGS_PER_LANE = 128
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
-
-
-def c_lds_row_stride(block_n: int) -> int:
-    """Row stride (elements) of the epilogue's C tile in LDS: padded by one 16-byte vector so
-    the four row groups of an MFMA output block land in different banks."""
-    return block_n + VEC
 
 
 @dataclass(frozen=True)

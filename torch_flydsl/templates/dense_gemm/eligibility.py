@@ -11,7 +11,8 @@ from typing import Optional, Union
 import torch
 
 from ..base import ALIGN_BYTES, BUFFER_SPAN_LIMIT, INT32_MAX, Decline, TensorMeta, check_aligned, check_span, dtype_name
-from .problem import GemmProblem, leading_stride, major_of
+from ..gemm.majors import leading_stride, major_of
+from .problem import GemmProblem
 
 DTYPES = (torch.bfloat16, torch.float16)
 K_VECTOR = 8  # elements per 16-byte load: a K-contiguous operand's vectors must not straddle K

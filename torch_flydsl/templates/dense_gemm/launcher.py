@@ -6,8 +6,8 @@ Launch convention (what ``kernel.build(spec)`` emits):
   an output tile inside the kernel (row-major over N tiles, or group-M swizzled);
 * block = ``(m_waves * n_waves * 64, 1, 1)``; static LDS only (no dynamic shared memory);
 * arguments, in order: ``out, a, b, bias`` as 1-D unit-stride tensors that start at each
-  operand's first element and cover its span (``flat_operand``), the fp32 split-K workspace
-  ``ws`` (``split_k * M * N`` elements, allocated per call; without split-K one unread
+  operand's first element and cover its span (``operands.flat_operand``), the fp32 split-K
+  workspace ``ws`` (``split_k * M * N`` elements, allocated per call; without split-K one unread
   element, allocated once per device), then ``M, N, K, lda, ldb, ldc`` (int32, elements), ``alpha, beta`` (fp32),
   ``stream``. With split-K the grid is ``split_k`` times larger and a second kernel sums the
   partial tiles into ``out``.
@@ -26,21 +26,10 @@ from typing import Any, Optional
 import torch
 
 from ..base import Decline
+from ..operands import flat_operand, unread_tensor
 from .config import DenseGemmConfig
 from .eligibility import check_tensors
 from .problem import GemmProblem
-
-
-def flat_operand(t: torch.Tensor) -> torch.Tensor:
-    """A 1-D unit-stride view from ``t``'s first element to its last one (same storage)."""
-    if t.numel() == 0:
-        raise ValueError("empty operand")
-    shape, stride = t.shape, t.stride()
-    if len(shape) == 2:  # the per-call hot path: no generator
-        span = (shape[0] - 1) * stride[0] + (shape[1] - 1) * stride[1] + 1
-    else:
-        span = sum((s - 1) * st for s, st in zip(shape, stride)) + 1
-    return t.as_strided((span,), (1,))
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,19 +39,6 @@ def _kernel(cfg: DenseGemmConfig, dtype, a_major: str, b_major: str, has_bias: b
     from .kernel import KernelSpec, build
 
     return build(KernelSpec(cfg, dtype, a_major, b_major, has_bias, k_tail=k_tail))
-
-
-_UNREAD: dict = {}  # (device, dtype) -> a one-element tensor for a parameter a kernel never reads
-
-
-def unread_tensor(device, dtype: torch.dtype) -> torch.Tensor:
-    """A one-element ``dtype`` tensor on ``device`` for a kernel parameter that this variant
-    never reads (keeps the signature fixed); made once per device and dtype."""
-    key = (device, dtype)
-    t = _UNREAD.get(key)
-    if t is None:
-        t = _UNREAD.setdefault(key, torch.zeros(1, dtype=dtype, device=device))
-    return t
 
 
 def _workspace(cfg: DenseGemmConfig, m: int, n: int, device) -> torch.Tensor:

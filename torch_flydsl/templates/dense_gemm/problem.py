@@ -12,27 +12,9 @@ from typing import Literal, Optional
 
 import torch
 
-from ..base import TensorMeta
+from ..gemm.majors import Major, blas_layout, major_of  # noqa: F401  (major_of: the family reads it here)
 
-Major = Literal["row", "col"]
 BiasKind = Optional[Literal["row"]]  # "row": one value per output column, [N] or [M, N] stride (0, 1)
-
-
-def major_of(t: TensorMeta) -> Optional[Major]:
-    """Which 2-D layout a matrix has, or None when neither dimension is unit-stride."""
-    rows, cols = t.shape
-    s0, s1 = t.stride
-    if s1 == 1 or cols == 1:
-        if s0 >= max(cols, 1) or rows == 1:
-            return "row"
-    if s0 == 1 or rows == 1:
-        if s1 >= max(rows, 1) or cols == 1:
-            return "col"
-    return None
-
-
-def leading_stride(t: TensorMeta, major: Major) -> int:
-    return t.stride[0] if major == "row" else t.stride[1]
 
 
 @dataclass(frozen=True)
@@ -48,8 +30,7 @@ class GemmProblem:
     @property
     def layout(self) -> str:
         """BLAS-style layout name: first letter for A, second for B; n = row-major, t = col-major."""
-        f = {"row": "n", "col": "t"}
-        return f[self.a_major] + f[self.b_major]
+        return blas_layout(self.a_major, self.b_major)
 
     @classmethod
     def from_layout(cls, m, n, k, dtype, layout="nt", bias: BiasKind = None) -> "GemmProblem":

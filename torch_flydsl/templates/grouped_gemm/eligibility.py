@@ -17,7 +17,7 @@ from typing import Optional, Union
 import torch
 
 from ..base import ALIGN_BYTES, BUFFER_SPAN_LIMIT, INT32_MAX, Decline, TensorMeta, check_aligned, check_span, dtype_name
-from ..dense_gemm.problem import major_of
+from ..gemm.majors import major_of
 from .problem import GroupedGemmProblem
 
 DTYPES = (torch.bfloat16, torch.float16)

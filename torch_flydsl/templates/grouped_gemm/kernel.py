@@ -36,6 +36,7 @@ from flydsl.expr import const_expr, gpu, rocdl
 
 from ...runtime.recipe import kernel_builder
 from ..dense_gemm import kernel as dense
+from ..dsl import dsl_control_flow
 from .config import GroupedGemmConfig
 
 OFFS_BYTES = 4  # int32 offsets
@@ -88,7 +89,7 @@ def group_tiles(g, start, end, groups, n_tiles, block_m: int):
     return (g < groups).select((end - start + block_m - 1) // block_m * n_tiles, fx.Int32(NO_MORE_TILES))
 
 
-@dense._dsl_control_flow
+@dsl_control_flow
 def advance(offs_buf, t, g, seen, start, end, tiles, groups, tokens, group_rows, n_tiles, block_m: int):
     """Walk forward from group ``g`` (whose tiles are numbered ``seen ..``) to the group that
     holds tile ``t``; returns the walk state there. ``g == groups`` when ``t`` is past them all."""
@@ -101,7 +102,7 @@ def advance(offs_buf, t, g, seen, start, end, tiles, groups, tokens, group_rows,
     return g, seen, start, end, tiles
 
 
-@dense._dsl_control_flow
+@dsl_control_flow
 def advance_k(offs_buf, t, g, k_start, k_end, groups, k_total, per_group: int):
     """Along K: walk from group ``g`` (K rows ``k_start .. k_end``) to the group of tile ``t``
     (every group has ``per_group`` output tiles); ends clamped as the reference clamps them."""

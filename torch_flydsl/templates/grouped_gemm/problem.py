@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..dense_gemm.problem import Major
+from ..gemm.majors import Major
 
 
 @dataclass(frozen=True)

@@ -20,16 +20,9 @@ from typing import Optional
 import torch
 
 from ..base import Decline, pick_by_size, split_by_fit
-from ..dense_gemm.config import (
-    DMA_BYTES,
-    DenseGemmConfig,
-    LDS_LIMIT_BYTES,
-    MAX_ACC_REGS_PER_LANE,
-    MAX_THREADS,
-    MAX_VMCNT,
-    WAVE_SIZE,
-    c_lds_row_stride,
-)
+from ..dense_gemm.config import DenseGemmConfig
+from ..gemm.geometry import c_lds_row_stride
+from ..gemm.limits import DMA_BYTES, LDS_LIMIT_BYTES, MAX_ACC_REGS_PER_LANE, MAX_THREADS, MAX_VMCNT, WAVE_SIZE
 from .problem import FORMATS, OUT_DTYPES, SCALE_BLOCK, MxFormat, ScaledGemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
