@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from torch_flydsl.templates.grouped_gemm import BASELINE, compile_args, search_space
-from torch_flydsl.templates.dense_gemm.config import LDS_LIMIT_BYTES
+from torch_flydsl.templates.gemm.limits import LDS_LIMIT_BYTES
 
 pytestmark = pytest.mark.compile
 

@@ -84,8 +84,9 @@ def test_autotuning_off_picks_the_tile_by_mean_rows_per_group(tokens, groups, ex
 
 
 def test_grid_is_the_tile_bound_or_what_the_gpu_holds_whichever_is_smaller():
-    from torch_flydsl.templates.grouped_gemm.kernel import tile_upper_bound
-    from torch_flydsl.templates.grouped_gemm.launcher import NUM_CUS, resident_per_cu
+    from torch_flydsl.templates.gemm.limits import NUM_CUS
+    from torch_flydsl.templates.gemm.persistent import tile_upper_bound
+    from torch_flydsl.templates.grouped_gemm.launcher import resident_per_cu
 
     cfg = GroupedGemmConfig(32, 128, 64, 1, 4, 3, 0)
     # Worst split of 100 rows into 4 groups: each adds one partial tile to ceil(100 / 32) = 4.

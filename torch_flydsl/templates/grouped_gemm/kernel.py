@@ -6,20 +6,13 @@ forward; K a multiple of block_k), stacked batches (``batched``: group ends are 
 no offsets read) and groups split K by ``offs`` (``along_k``, the weight gradient; every
 group's K tail is masked).
 
-Schedule: persistent over (group, tile) pairs. Output tiles are numbered group by group (a
-group's M tiles x the N tiles, row-major); ``tile_upper_bound = (ceil(T / block_m) + G) *
-ceil(N / block_n)`` bounds their count for any split of T rows into G groups (each group adds
-at most one partial M tile), so the launch depends only on shapes, never on the offsets: no
-host sync, and it can be captured in a CUDA graph. The grid is ``min(that bound, the
-workgroups the GPU holds at once)``; workgroup ``w`` takes tiles ``w, w + grid, ...`` in
-increasing order and walks the offsets forward as it goes (``advance``: one scalar offset load
-per group it passes, never a rescan), so the walk costs each workgroup at most G steps in all.
-Empty groups own no tile and cost one step of that walk; numbers past the real tile count end
-the loop.
+Schedule: persistent over (group, tile) pairs, from the GEMM toolkit: the launch depends only
+on shapes, never on the offsets (``gemm.persistent``: the tile bound and the grid), and each
+workgroup walks the offsets forward once as it takes its tiles (``gemm.group_walk``).
 
-Per tile, everything is the dense kernel's (``dense_gemm.kernel``): async buffer->LDS DMA into
-``stages`` LDS buffers, MFMA ``16x16x32``, the padded-LDS epilogue. A group's rows are the
-tile's row range: A rows at or past the group's end are clamped (to row 0, as dense clamps
+Per tile, the toolkit's pieces, as in the dense kernel: async buffer->LDS DMA into ``stages``
+LDS buffers, MFMA ``16x16x32``, the padded-LDS epilogue. A group's rows are the tile's row
+range: A rows at or past the group's end are clamped (to row 0, as dense clamps
 rows past M; they only feed masked outputs), and the store writes only rows below the group's
 end, so a tile never reads into a neighbour's output or writes one. B's DMA offsets carry the
 group's base ``g * ldbg``. A barrier separates one tile's epilogue (which reads the C tile
@@ -32,14 +25,19 @@ from dataclasses import dataclass
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 import torch
-from flydsl.expr import const_expr, gpu, rocdl
+from flydsl.expr import const_expr, gpu
 
 from ...runtime.recipe import kernel_builder
-from ..dense_gemm import kernel as dense
-from ..dsl import dsl_control_flow
+from ..gemm.buffers import buffer_of
+from ..gemm.epilogue import stage_c_tile, store_c_tile
+from ..gemm.group_walk import OFFS_BYTES, advance, advance_k, group_end, group_tiles
+from ..gemm.lds import lds_layout, shared_tiles
+from ..gemm.main_loop import main_loop
+from ..gemm.mma import Mma
+from ..gemm.persistent import tile_upper_bound
+from ..gemm.tile_loads import Operand, TileLoads
+from ..gemm.tile_spec import TileSpec
 from .config import GroupedGemmConfig
-
-OFFS_BYTES = 4  # int32 offsets
 
 
 @dataclass(frozen=True)
@@ -51,10 +49,10 @@ class KernelSpec:
     along_k: bool = False  # 2-D x 2-D: groups split K by offs; A M-contiguous, B N-contiguous
 
     @property
-    def dense(self) -> dense.KernelSpec:
-        """The dense kernel's spec for one tile: row-major A (M-contiguous along K groups), this
-        B, no bias."""
-        return dense.KernelSpec(self.cfg, self.dtype, "col" if self.along_k else "row", self.b_major, False)
+    def tile(self) -> TileSpec:
+        """One tile as the toolkit's pieces read it: row-major A (M-contiguous along K groups),
+        this B, no bias."""
+        return TileSpec(self.cfg, self.dtype, "col" if self.along_k else "row", self.b_major, False)
 
     @property
     def name(self) -> str:
@@ -63,63 +61,13 @@ class KernelSpec:
         return f"flydsl_grouped_gemm_{form}_{d}_n{'t' if self.b_major == 'col' else 'n'}_{self.cfg.key()}"
 
 
-def tile_upper_bound(tokens, groups, n, block_m: int, block_n: int):
-    """Output tiles any split of ``tokens`` rows into ``groups`` groups can need."""
-    return ((tokens + block_m - 1) // block_m + groups) * ((n + block_n - 1) // block_n)
-
-
-NO_MORE_TILES = 1 << 30  # the tile count of the "group" past the last one: the walk stops there
-
-
-def group_end(offs_buf, g, prev, groups, tokens, group_rows):
-    """Group ``g``'s end row, clamped as the reference clamps it (at or after ``prev``, at or
-    before ``tokens``). Ragged (``offs_buf``): ``g`` past the last group reads the last offset
-    (never out of range). Batched (``offs_buf`` is None): ``(g + 1) * group_rows``."""
-    if offs_buf is None:
-        e = (g + 1) * group_rows
-    else:
-        # Every lane loads the same offset: say so (a scalar register), so that loop bounds and
-        # branches built from it are wave-uniform (a K loop with a barrier needs that).
-        e = fx.Int32(rocdl.readfirstlane(fx.Int32.ir_type, offs_buf[(g < groups).select(g, groups - 1)]))
-    e = (e < tokens).select(e, tokens)
-    return (e < prev).select(prev, e)
-
-
-def group_tiles(g, start, end, groups, n_tiles, block_m: int):
-    return (g < groups).select((end - start + block_m - 1) // block_m * n_tiles, fx.Int32(NO_MORE_TILES))
-
-
-@dsl_control_flow
-def advance(offs_buf, t, g, seen, start, end, tiles, groups, tokens, group_rows, n_tiles, block_m: int):
-    """Walk forward from group ``g`` (whose tiles are numbered ``seen ..``) to the group that
-    holds tile ``t``; returns the walk state there. ``g == groups`` when ``t`` is past them all."""
-    while t >= seen + tiles:
-        seen = seen + tiles
-        start = end
-        g = g + 1
-        end = group_end(offs_buf, g, start, groups, tokens, group_rows)
-        tiles = group_tiles(g, start, end, groups, n_tiles, block_m)
-    return g, seen, start, end, tiles
-
-
-@dsl_control_flow
-def advance_k(offs_buf, t, g, k_start, k_end, groups, k_total, per_group: int):
-    """Along K: walk from group ``g`` (K rows ``k_start .. k_end``) to the group of tile ``t``
-    (every group has ``per_group`` output tiles); ends clamped as the reference clamps them."""
-    while t >= (g + 1) * per_group:
-        g = g + 1
-        k_start = k_end
-        k_end = group_end(offs_buf, g, k_start, groups, k_total, 0)
-    return g, k_start, k_end
-
-
 @kernel_builder
 def build(spec: KernelSpec):
     """The ``@flyc.jit`` launcher for ``spec``.
 
     Signature: ``launch(out, a, b, offs, tokens, n, k, groups, group_rows, lda, ldb, ldbg, ldc,
     workgroups, stream)`` with ``out``/``a``/``b``/``offs`` 1-D unit-stride views from each
-    operand's first element (``dense_gemm.launcher.flat_operand``), ints for sizes and strides
+    operand's first element (``operands.flat_operand``), ints for sizes and strides
     (elements; ``ldb`` is the leading stride of one group's matrix, ``ldbg`` the stride between
     groups) and the persistent grid size ``workgroups`` (>= 1). Block ``(threads, 1, 1)``.
 
@@ -134,36 +82,36 @@ def build(spec: KernelSpec):
       (``Operand.k_bound``). An empty group's output is zero.
     """
     cfg = spec.cfg
-    d = spec.dense
+    d = spec.tile
     BM, BN, BK = cfg.block_m, cfg.block_n, cfg.block_k
     THREADS = cfg.threads
 
     def one_tile(tid, smem, op_bufs, g, m0, row_bound, out_row0, out_bound, n0, n, k_tiles, lda, ldb, b_base, ldc,
                  k_mask=None):
-        """One output tile: the dense kernel's main loop and epilogue. A's rows from ``m0`` (below
+        """One output tile: the toolkit's main loop and epilogue. A's rows from ``m0`` (below
         ``row_bound``) go to output rows from ``out_row0`` (below ``out_bound``); ``k_mask``:
         ``(k_start, k_len, a_span, b_span)`` when groups split K."""
         smem_a, smem_b, smem_c = smem
         a_buf, b_buf, out_buf = op_bufs
         elem = d.elem_type()
-        a_layout = dense.lds_layout(BM, BK, d.a_k_contig)
-        b_layout = dense.lds_layout(BN, BK, d.b_k_contig)
+        a_layout = lds_layout(BM, BK, d.a_k_contig)
+        b_layout = lds_layout(BN, BK, d.b_k_contig)
         if k_mask is None:
-            op_a = dense.Operand(a_buf, smem_a, a_layout, BM, d.a_k_contig, d.a_iters, m0, row_bound, lda)
-            op_b = dense.Operand(b_buf, smem_b, b_layout, BN, d.b_k_contig, d.b_iters, n0, n, ldb, b_base)
+            op_a = Operand(a_buf, smem_a, a_layout, BM, d.a_k_contig, d.a_iters, m0, row_bound, lda)
+            op_b = Operand(b_buf, smem_b, b_layout, BN, d.b_k_contig, d.b_iters, n0, n, ldb, b_base)
         else:
             k_start, k_len, a_span, b_span = k_mask
-            op_a = dense.Operand(a_buf, smem_a, a_layout, BM, False, d.a_iters, m0, row_bound, lda, k_start * lda,
+            op_a = Operand(a_buf, smem_a, a_layout, BM, False, d.a_iters, m0, row_bound, lda, k_start * lda,
                                  k_len, a_span)
-            op_b = dense.Operand(b_buf, smem_b, b_layout, BN, False, d.b_iters, n0, n, ldb, k_start * ldb, k_len,
+            op_b = Operand(b_buf, smem_b, b_layout, BN, False, d.b_iters, n0, n, ldb, k_start * ldb, k_len,
                                  b_span)
-        loads = dense.TileLoads(d, tid, op_a, op_b)
-        mma = dense.Mma(d, tid, elem, op_a, op_b, out_buf)
+        loads = TileLoads(d, tid, op_a, op_b)
+        mma = Mma(d, tid, elem, op_a, op_b, out_buf)
         # Along K, a group with no K row runs no tile: the prologue's first DMA reads zeros only
         # and the accumulators stay zero.
-        dense.main_loop(d, loads, mma, k_tiles)
-        dense.stage_c_tile(d, mma, smem_c, elem, n0, n, fx.Float32(1.0), fx.Float32(0.0), None)
-        dense.store_c_tile(d, smem_c, elem, out_buf, tid, out_row0, n0, out_bound, n, ldc)
+        main_loop(d, loads, mma, k_tiles)
+        stage_c_tile(d, mma, smem_c, elem, n0, n, fx.Float32(1.0), fx.Float32(0.0), None)
+        store_c_tile(d, smem_c, elem, out_buf, tid, out_row0, n0, out_bound, n, ldc)
 
     @flyc.kernel(name=spec.name, known_block_size=[THREADS, 1, 1])
     def grouped_gemm_kernel(
@@ -183,11 +131,11 @@ def build(spec: KernelSpec):
         workgroups: fx.Int32,
     ):
         tid = fx.thread_idx.x
-        smem = dense.shared_tiles(d, d.elem_type())
-        op_bufs = (dense.buffer_of(a), dense.buffer_of(b), dense.buffer_of(out))
+        smem = shared_tiles(d, d.elem_type())
+        op_bufs = (buffer_of(a), buffer_of(b), buffer_of(out))
         offs_buf = None
         if const_expr(not spec.batched):
-            offs_buf = dense.buffer_of(offs, OFFS_BYTES)
+            offs_buf = buffer_of(offs, OFFS_BYTES)
         n_tiles = (n + BN - 1) // BN
         g = fx.Int32(0)
         if const_expr(spec.along_k):

@@ -15,11 +15,11 @@ import torch
 
 from ...runtime import kernel_cache
 from ..base import Decline
-from ..dense_gemm.config import LDS_LIMIT_BYTES
-from ..dense_gemm.launcher import flat_operand, unread_tensor
+from ..gemm.persistent import persistent_grid, resident_for_lds, tile_upper_bound
+from ..operands import flat_operand, unread_tensor
 from .config import GroupedGemmConfig
 from .eligibility import check_tensors
-from .kernel import KernelSpec, build, tile_upper_bound
+from .kernel import KernelSpec, build
 from .problem import GroupedGemmProblem
 
 
@@ -31,32 +31,16 @@ def checked_problem(a, b, offs, out) -> GroupedGemmProblem:
     return problem
 
 
-NUM_CUS = 256  # MI350X / MI355X
-MAX_RESIDENT = 4  # workgroups per CU the persistent grid plans for (LDS allowing)
-
-
 def resident_per_cu(cfg: GroupedGemmConfig) -> int:
-    """Workgroups of ``cfg`` one CU holds at once, as far as LDS decides (at most MAX_RESIDENT;
+    """Workgroups of ``cfg`` one CU holds at once, as far as LDS decides (``gemm.persistent``;
     registers are not known before compiling, so this may overcount: extra workgroups only wait)."""
     return resident_for_lds(cfg.lds_bytes)
-
-
-def resident_for_lds(lds_bytes: int) -> int:
-    return max(1, min(MAX_RESIDENT, LDS_LIMIT_BYTES // lds_bytes))
-
-
-def persistent_grid(tile_bound: int, lds_bytes: int, workgroups: Optional[int] = None) -> int:
-    """Workgroups of a persistent launch: what the GPU holds at once, or fewer when the tiles
-    are fewer; ``workgroups`` overrides (tests use it to give every workgroup several tiles)."""
-    if workgroups is not None:
-        return max(1, workgroups)
-    return max(1, min(tile_bound, NUM_CUS * resident_for_lds(lds_bytes)))
 
 
 def grid_block(cfg: GroupedGemmConfig, tokens: int, groups: int, n: int, workgroups: Optional[int] = None,
                along_k: bool = False):
     """(grid, block) of a launch: as many workgroups as the GPU holds at once, or fewer when
-    the tile bound (see ``kernel``) is smaller; ``workgroups`` overrides (tests use it to give
+    the tile bound (``gemm.persistent``) is smaller; ``workgroups`` overrides (tests use it to give
     every workgroup several tiles). Along K, every group has the same ``tokens`` (M) rows."""
     if along_k:
         bound = groups * -(-tokens // cfg.block_m) * -(-n // cfg.block_n)

@@ -6,10 +6,11 @@ row-major, B ``[G, K, N]`` column-major per group (stored ``[G, N, K]``), E8M0 s
 ``[>= T, K/32]`` and ``sb`` ``[G, N, K/32]`` row-major (unswizzled: ROCm's ``NO_SWIZZLE``), int32
 ``offs`` read on the device.
 
-* Schedule: ``grouped_gemm.kernel``'s (persistent workgroups over (group, tile) pairs, the
-  offsets walked forward once per workgroup, a barrier between tiles; see there).
+* Schedule: the grouped kernel's, from the GEMM toolkit (persistent workgroups over (group,
+  tile) pairs, ``gemm.persistent``; the offsets walked forward once per workgroup,
+  ``gemm.group_walk``; a barrier between tiles).
 * Tile: ``scaled_gemm.kernel``'s (data and scale DMAs into LDS stages, the scaled MFMA with the
-  hardware's K order and opsel-selected E8M0 bytes, the dense epilogue; see there). A's and
+  hardware's K order and opsel-selected E8M0 bytes, the toolkit's epilogue; see there). A's and
   its scales' rows are the group's rows (clamped past the group's end; masked at the store),
   B's data and scales carry the group's base offsets.
 """
@@ -23,8 +24,14 @@ import torch
 from flydsl.expr import gpu
 
 from ...runtime.recipe import kernel_builder
-from ..dense_gemm import kernel as dense
-from ..grouped_gemm.kernel import OFFS_BYTES, advance, group_end, group_tiles, tile_upper_bound
+from ..gemm.buffers import buffer_of
+from ..gemm.epilogue import stage_c_tile, store_c_tile
+from ..gemm.geometry import UNIT_BYTES
+from ..gemm.group_walk import OFFS_BYTES, advance, group_end, group_tiles
+from ..gemm.lds import lds_layout
+from ..gemm.main_loop import main_loop
+from ..gemm.persistent import tile_upper_bound
+from ..gemm.tile_loads import Operand
 from ..scaled_gemm import kernel as scaled
 from ..scaled_gemm.config import SCALE_DMA_BYTES, ScaledGemmConfig
 from ..scaled_gemm.problem import MxFormat
@@ -63,7 +70,7 @@ def build(spec: KernelSpec):
     cfg, tb = spec.cfg, sk.tb
     BM, BN, BK = cfg.block_m, cfg.block_n, cfg.block_k
     THREADS = cfg.threads
-    UNIT = scaled.UNIT_BYTES
+    UNIT = UNIT_BYTES
 
     def one_tile(tid, smem, bufs, g, start, end, local, n_tiles, n, k, lda, ldb, ldbg, ldsa, ldsb, ldsbg, ldc):
         """Tile ``local`` of group ``g``: the scaled kernel's main loop and epilogue."""
@@ -71,18 +78,18 @@ def build(spec: KernelSpec):
         a_buf, b_buf, sa_buf, sb_buf, out_buf = bufs
         m0 = start + local // n_tiles * BM
         n0 = local % n_tiles * BN
-        a_layout = dense.lds_layout(BM, tb.a_row // UNIT, True)
-        b_layout = dense.lds_layout(BN, tb.b_row // UNIT, True)
-        op_a = dense.Operand(a_buf, smem_a, a_layout, BM, True, tb.a_dma, m0, end, lda)
-        op_b = dense.Operand(b_buf, smem_b, b_layout, BN, True, tb.b_dma, n0, n, ldb, g * ldbg)
+        a_layout = lds_layout(BM, tb.a_row // UNIT, True)
+        b_layout = lds_layout(BN, tb.b_row // UNIT, True)
+        op_a = Operand(a_buf, smem_a, a_layout, BM, True, tb.a_dma, m0, end, lda)
+        op_b = Operand(b_buf, smem_b, b_layout, BN, True, tb.b_dma, n0, n, ldb, g * ldbg)
         sc_a = scaled.ScaleOperand(sa_buf, smem_sa, tb.scale_slots_a, tb.sa_dma, m0, end, ldsa)
         sc_b = scaled.ScaleOperand(sb_buf, smem_sb, tb.scale_slots_b, tb.sb_dma, n0, n, ldsb, g * ldsbg)
         loads = scaled.StageLoads(sk, tid, op_a, op_b, sc_a, sc_b)
         mma = scaled.ScaledMma(sk, tid, op_a, op_b, sc_a, sc_b, out_buf)
-        dense.main_loop(sk, loads, mma, k // BK)
+        main_loop(sk, loads, mma, k // BK)
         epilogue = sk.dense_view(tb.a_row)  # same output tile and waves
-        dense.stage_c_tile(epilogue, mma, smem_c, sk.out_elem(), n0, n, 1.0, 1.0, None)
-        dense.store_c_tile(epilogue, smem_c, sk.out_elem(), out_buf, tid, m0, n0, end, n, ldc)
+        stage_c_tile(epilogue, mma, smem_c, sk.out_elem(), n0, n, 1.0, 1.0, None)
+        store_c_tile(epilogue, smem_c, sk.out_elem(), out_buf, tid, m0, n0, end, n, ldc)
 
     @flyc.kernel(name=spec.name, known_block_size=[THREADS, 1, 1])
     def scaled_grouped_gemm_kernel(
@@ -107,9 +114,9 @@ def build(spec: KernelSpec):
     ):
         tid = fx.thread_idx.x
         smem = scaled.shared_tiles(sk)
-        bufs = (scaled.buffer_of(a, UNIT), scaled.buffer_of(b, UNIT), scaled.buffer_of(sa, SCALE_DMA_BYTES),
-                scaled.buffer_of(sb, SCALE_DMA_BYTES), scaled.buffer_of(out, spec.out_dtype.itemsize))
-        offs_buf = dense.buffer_of(offs, OFFS_BYTES)
+        bufs = (buffer_of(a, UNIT), buffer_of(b, UNIT), buffer_of(sa, SCALE_DMA_BYTES),
+                buffer_of(sb, SCALE_DMA_BYTES), buffer_of(out, spec.out_dtype.itemsize))
+        offs_buf = buffer_of(offs, OFFS_BYTES)
         n_tiles = (n + BN - 1) // BN
         g = fx.Int32(0)
         seen = fx.Int32(0)

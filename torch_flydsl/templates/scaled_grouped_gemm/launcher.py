@@ -8,10 +8,9 @@ import torch
 
 from ...runtime import kernel_cache
 from ..base import Decline
-from ..dense_gemm.launcher import flat_operand
-from ..grouped_gemm.kernel import tile_upper_bound
-from ..grouped_gemm.launcher import persistent_grid
-from ..scaled_gemm.launcher import reinterpret_span
+from ..gemm.geometry import UNIT_BYTES
+from ..gemm.persistent import persistent_grid, tile_upper_bound
+from ..operands import flat_operand, reinterpret_span
 from .config import ScaledGroupedConfig
 from .eligibility import check_tensors
 from .kernel import KernelSpec, build
@@ -35,8 +34,6 @@ def compile_args(cfg: ScaledGroupedConfig, a, b, scale_a, scale_b, offs, out, st
                  problem: Optional[ScaledGroupedProblem] = None, workgroups: Optional[int] = None):
     """``(jit_fn, args)`` for ``flyc.compile`` / the emulator. Needs at least one token."""
     import flydsl.expr as fx
-
-    from ..scaled_gemm.kernel import UNIT_BYTES
 
     problem = problem or checked_problem(a, b, scale_a, scale_b, offs, out)
     byte_stride = lambda t, dim: t.stride(dim) * t.element_size()  # noqa: E731
