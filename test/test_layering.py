@@ -47,3 +47,14 @@ def test_a_function_level_import_from_a_higher_layer_fails_naming_the_import(tmp
     assert r.returncode == 1, r.stdout + r.stderr
     assert re.search(r"torch_flydsl\.config -> torch_flydsl\.inductor\.offer \(l\.\d+\)", r.stdout), r.stdout
 
+
+def test_the_documented_layer_order_is_the_contracts():
+    from importlinter.api import read_configuration
+
+    contracts = read_configuration(str(REPO / "pyproject.toml"))["contracts_options"]
+    layers = next(c for c in contracts if c["id"] == "layers")["layers"]
+    text = (REPO / "docs" / "architecture.md").read_text()
+    block = re.search(r"## Layers\n.*?```text\n(.*?)```", text, re.S)
+    assert block, "docs/architecture.md has no ```text block of layers under '## Layers'"
+    documented = [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.strip()]
+    assert documented == [layer.strip() for layer in layers]
