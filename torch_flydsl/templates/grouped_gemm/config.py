@@ -2,9 +2,9 @@
 
 Cheap to import: no FlyDSL, no kernel code. A grouped tile is a dense tile (the kernel builds
 each output tile from the GEMM toolkit's main loop, MFMA tiling and epilogue, as the dense
-kernel does), so a config is the dense config's seven fields under this family's key prefix; block order within a group is
-row-major (``group_m`` is 0: which tile a workgroup computes is decided by the offsets at run
-time, not by an L2 swizzle).
+kernel does), so a config is the dense config's seven fields under this family's key prefix;
+block order within a group is row-major (``group_m`` is 0: which tile a workgroup computes is
+decided by the offsets at run time, not by an L2 swizzle).
 """
 
 from __future__ import annotations

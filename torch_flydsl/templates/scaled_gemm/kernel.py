@@ -6,13 +6,14 @@ A is ``[M, K]`` row-major, B ``[N, K]`` row-major (``[K, N]`` column-major), so 
 are K-contiguous; the E8M0 scales are ``[M, K/32]`` and ``[N, K/32]`` row-major.
 
 Structure of one workgroup (``m_waves x n_waves`` wave64 waves, one ``block_m x block_n``
-output tile), reusing the dense family's pieces where the logic is the same:
+output tile), reusing the GEMM toolkit's pieces (``templates/gemm``) where the logic is the
+same:
 
-* Block order: ``dense_gemm.kernel.block_order`` (row-major, or XCD remap + group-M).
-* Global -> LDS, pipelined by ``dense_gemm.kernel.main_loop`` (``stages`` LDS buffers,
-  ``stages - 1`` K tiles in flight, one barrier per tile, ``s_waitcnt vmcnt`` accounting):
-  the A/B tiles are bytes; the kernel sees them as 16-bit units and moves them with the dense
-  family's ``TileLoads`` (16-byte async DMAs into an XOR-swizzled K-contiguous LDS tile). A
+* Block order: ``gemm.block_order`` (row-major, or XCD remap + group-M).
+* Global -> LDS, pipelined by ``gemm.main_loop`` (``stages`` LDS buffers, ``stages - 1`` K
+  tiles in flight, one barrier per tile, ``s_waitcnt vmcnt`` accounting): the A/B tiles are
+  bytes; the kernel sees them as 16-bit units and moves them with the toolkit's
+  ``TileLoads`` (16-byte async DMAs into an XOR-swizzled K-contiguous LDS tile). A
   K tile of A is ``block_m`` rows of ``block_k * bits / 8`` bytes. The scale tiles
   (``rows x block_k/32`` bytes) move with 4-byte async DMAs (``StageLoads.load_scales``);
   their last round may carry padding lanes that fetch an in-range dword into LDS slots no one
@@ -20,7 +21,7 @@ output tile), reusing the dense family's pieces where the logic is the same:
   stays exact.
 * LDS -> registers and MFMA (``ScaledMma``): ``v_mfma_scale_f32_16x16x128_f8f6f4``, fp32
   accumulators, one call per 16x16 output block and 128-K step, A/B formats in cbsz/blgp.
-* Epilogue: ``dense_gemm.kernel.stage_c_tile`` / ``store_c_tile`` (fp32 accumulator + bias,
+* Epilogue: ``gemm.epilogue.stage_c_tile`` / ``store_c_tile`` (fp32 accumulator + bias,
   rounded once to the output dtype, staged through LDS, masked 16-byte row stores; nothing
   outside ``out[:M, :N]`` is written). The scaled MFMA's accumulator layout is that of the
   plain ``v_mfma_f32_16x16x32`` MFMA, so a tiled MMA of the latter partitions C.
@@ -76,12 +77,16 @@ import torch
 from flydsl.expr import const_expr, range_constexpr, rocdl
 
 from ...runtime.recipe import kernel_builder
-from ..dense_gemm import kernel as dense
-from ..dense_gemm.config import DenseGemmConfig, c_lds_row_stride
+from ..gemm.block_order import block_order
+from ..gemm.buffers import buffer_of
+from ..gemm.epilogue import stage_c_tile, store_c_tile
+from ..gemm.geometry import UNIT_BYTES, c_lds_row_stride  # UNIT_BYTES: A/B tiles move as 16-bit units
+from ..gemm.lds import lds_layout
+from ..gemm.main_loop import main_loop
+from ..gemm.tile_loads import Operand, TileLoads
+from ..gemm.tile_spec import TileShape, TileSpec
 from .config import MMA_M, MMA_N, SCALE_DMA_BYTES, WAVE_SIZE, ScaledGemmConfig, TileBytes
 from .problem import MxFormat
-
-UNIT_BYTES = 2  # A/B tiles are moved and addressed as 16-bit units
 
 
 @dataclass(frozen=True)
@@ -111,19 +116,13 @@ class KernelSpec:
     def out_elem(self):
         return fx.Float16 if self.out_dtype == torch.float16 else fx.BFloat16
 
-    def dense_view(self, row_bytes: int) -> dense.KernelSpec:
-        """The dense kernel's spec for the same output tile, waves and stages, with K tiles of
-        ``row_bytes / 2`` bf16-sized units per row: what ``dense.TileLoads`` (moving one
-        operand's K tile) and the dense epilogue (``rep_m``, ``c_vectors``, bias) read."""
+    def tile_view(self, row_bytes: int) -> TileSpec:
+        """The toolkit's spec for the same output tile, waves and stages, with K tiles of
+        ``row_bytes / 2`` bf16-sized units per row: what ``TileLoads`` (moving one operand's K
+        tile) and the epilogue (``rep_m``, ``c_vectors``, bias) read."""
         c = self.cfg
-        units = DenseGemmConfig(c.block_m, c.block_n, row_bytes // UNIT_BYTES, c.m_waves, c.n_waves, c.stages, 0)
-        return dense.KernelSpec(units, self.out_dtype, "row", "col", self.has_bias)
-
-
-def buffer_of(t, elem_bytes: int):
-    """A buffer view of the 1-D operand ``t`` whose num_records is its exact byte span."""
-    n_bytes = fx.Int64(fx.get_scalar(fx.size(fx.get_layout(t)))) * elem_bytes
-    return rocdl.make_buffer_tensor(t, num_records_bytes=n_bytes)
+        units = TileShape(c.block_m, c.block_n, row_bytes // UNIT_BYTES, c.m_waves, c.n_waves, c.stages)
+        return TileSpec(units, self.out_dtype, "row", "col", self.has_bias)
 
 
 def shared_tiles(spec: KernelSpec):
@@ -171,10 +170,10 @@ class ScaleOperand:
 class StageLoads:
     """Issues the async DMAs of one K tile (A, B, their scales) into an LDS stage."""
 
-    def __init__(self, spec: KernelSpec, tid, a: dense.Operand, b: dense.Operand, sa: ScaleOperand, sb: ScaleOperand):
+    def __init__(self, spec: KernelSpec, tid, a: Operand, b: Operand, sa: ScaleOperand, sb: ScaleOperand):
         self.spec, self.tid, self.a, self.b, self.sa, self.sb = spec, tid, a, b, sa, sb
-        self.data_a = dense.TileLoads(spec.dense_view(spec.tb.a_row), tid, a, a)
-        self.data_b = dense.TileLoads(spec.dense_view(spec.tb.b_row), tid, b, b)
+        self.data_a = TileLoads(spec.tile_view(spec.tb.a_row), tid, a, a)
+        self.data_b = TileLoads(spec.tile_view(spec.tb.b_row), tid, b, b)
         self.dma32 = fx.make_copy_atom(rocdl.cdna4.BufferLoadAsyncLDS32b(), 32)
         # LDS dword offset of this wave's first lane (a DMA writes lane l at base + 4*l).
         self.wave_dwords = rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE))
@@ -219,10 +218,10 @@ def operand_chunks(fmt: MxFormat, g, kk: int, steps: int):
 
 class ScaledMma:
     """The workgroup's MFMA tiling, its LDS -> register reads, and the fp32 accumulator
-    fragment (zeroed). ``thr_mma``, ``c_rows``, ``c_cols`` and ``acc`` are what the dense
-    epilogue reads."""
+    fragment (zeroed). ``thr_mma``, ``c_rows``, ``c_cols`` and ``acc`` are what the toolkit's
+    epilogue reads (``gemm.epilogue.Accumulators``)."""
 
-    def __init__(self, spec: KernelSpec, tid, a: dense.Operand, b: dense.Operand, sa: ScaleOperand,
+    def __init__(self, spec: KernelSpec, tid, a: Operand, b: Operand, sa: ScaleOperand,
                  sb: ScaleOperand, out_buf):
         cfg = spec.cfg
         BM, BN = cfg.block_m, cfg.block_n
@@ -230,7 +229,7 @@ class ScaledMma:
         self.rep_m = cfg.block_m // (cfg.m_waves * MMA_M)
         self.rep_n = cfg.block_n // (cfg.n_waves * MMA_N)
         # The plain 16x16 MFMA has the scaled one's accumulator layout: its tiled MMA
-        # partitions C (and the dense epilogue reads it); the MFMA itself is called below.
+        # partitions C (and the epilogue reads it); the MFMA itself is called below.
         atom = fx.make_mma_atom(rocdl.MFMA(MMA_M, MMA_N, 32, fx.BFloat16))
         self.tiled_mma = fx.make_tiled_mma(atom, fx.make_layout((cfg.m_waves, cfg.n_waves, 1), (cfg.n_waves, 1, 0)))
         self.thr_mma = self.tiled_mma.thr_slice(tid)
@@ -333,7 +332,7 @@ def build(spec: KernelSpec):
         ldc: fx.Int32,
     ):
         tid = fx.thread_idx.x
-        pid_m, pid_n = dense.block_order(fx.block_idx.x, m, n, BM, BN, cfg.group_m)
+        pid_m, pid_n = block_order(fx.block_idx.x, m, n, BM, BN, cfg.group_m)
         m0 = pid_m * BM
         n0 = pid_n * BN
         k_tiles = k // BK
@@ -346,18 +345,18 @@ def build(spec: KernelSpec):
         if const_expr(spec.has_bias):
             bias_buf = buffer_of(bias, out_bytes)
 
-        a_layout = dense.lds_layout(BM, tb.a_row // UNIT_BYTES, True)
-        b_layout = dense.lds_layout(BN, tb.b_row // UNIT_BYTES, True)
-        op_a = dense.Operand(a_buf, smem_a, a_layout, BM, True, tb.a_dma, m0, m, lda)
-        op_b = dense.Operand(b_buf, smem_b, b_layout, BN, True, tb.b_dma, n0, n, ldb)
+        a_layout = lds_layout(BM, tb.a_row // UNIT_BYTES, True)
+        b_layout = lds_layout(BN, tb.b_row // UNIT_BYTES, True)
+        op_a = Operand(a_buf, smem_a, a_layout, BM, True, tb.a_dma, m0, m, lda)
+        op_b = Operand(b_buf, smem_b, b_layout, BN, True, tb.b_dma, n0, n, ldb)
         sc_a = ScaleOperand(buffer_of(sa, SCALE_DMA_BYTES), smem_sa, tb.scale_slots_a, tb.sa_dma, m0, m, ldsa)
         sc_b = ScaleOperand(buffer_of(sb, SCALE_DMA_BYTES), smem_sb, tb.scale_slots_b, tb.sb_dma, n0, n, ldsb)
         loads = StageLoads(spec, tid, op_a, op_b, sc_a, sc_b)
         mma = ScaledMma(spec, tid, op_a, op_b, sc_a, sc_b, out_buf)
-        dense.main_loop(spec, loads, mma, k_tiles)
-        epilogue = spec.dense_view(tb.a_row)  # same output tile, waves and bias
-        dense.stage_c_tile(epilogue, mma, smem_c, spec.out_elem(), n0, n, 1.0, 1.0, bias_buf)
-        dense.store_c_tile(epilogue, smem_c, spec.out_elem(), out_buf, tid, m0, n0, m, n, ldc)
+        main_loop(spec, loads, mma, k_tiles)
+        epilogue = spec.tile_view(tb.a_row)  # same output tile, waves and bias
+        stage_c_tile(epilogue, mma, smem_c, spec.out_elem(), n0, n, 1.0, 1.0, bias_buf)
+        store_c_tile(epilogue, smem_c, spec.out_elem(), out_buf, tid, m0, n0, m, n, ldc)
 
     @flyc.jit
     def launch(

@@ -21,9 +21,9 @@ from typing import Any, Optional
 
 import torch
 
-from ..base import Decline, TensorMeta
 from ...runtime import kernel_cache
-from ..dense_gemm.launcher import flat_operand
+from ..base import Decline, TensorMeta
+from ..operands import flat_operand, reinterpret_span
 from .config import ScaledGemmConfig
 from .eligibility import check_problem
 from .problem import ScaledGemmProblem
@@ -42,11 +42,6 @@ def grid_block(cfg: ScaledGemmConfig, m: int, n: int) -> tuple[tuple[int, int, i
     """(grid, block) the launcher uses for an ``m x n`` output."""
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
     return (tiles, 1, 1), (cfg.threads, 1, 1)
-
-
-def reinterpret_span(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The 1-D byte span of ``t`` reinterpreted as ``dtype`` (same storage)."""
-    return flat_operand(t).view(torch.uint8).view(dtype)
 
 
 def compile_args(

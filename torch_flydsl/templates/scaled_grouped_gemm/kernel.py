@@ -87,7 +87,7 @@ def build(spec: KernelSpec):
         loads = scaled.StageLoads(sk, tid, op_a, op_b, sc_a, sc_b)
         mma = scaled.ScaledMma(sk, tid, op_a, op_b, sc_a, sc_b, out_buf)
         main_loop(sk, loads, mma, k // BK)
-        epilogue = sk.dense_view(tb.a_row)  # same output tile and waves
+        epilogue = sk.tile_view(tb.a_row)  # same output tile and waves
         stage_c_tile(epilogue, mma, smem_c, sk.out_elem(), n0, n, 1.0, 1.0, None)
         store_c_tile(epilogue, smem_c, sk.out_elem(), out_buf, tid, m0, n0, end, n, ldc)
 
