@@ -60,10 +60,10 @@ def worker_start(pool_size: int) -> list:
 
 def _dense_calls(configs, m, n, k):
     from torch_flydsl.registry import family_for
-    from torch_flydsl.templates.dense_gemm.family import explain_problem
+    from torch_flydsl.templates.dense_gemm.family import FAMILY
 
-    impl = family_for("mm").impl()
-    problem = explain_problem("mm", m, n, k, torch.bfloat16)
+    impl = family_for("mm")
+    problem = FAMILY.explain_problem("mm", m, n, k, torch.bfloat16)
     fitting, _ = impl.configs_for(problem, "curated")
     chosen = fitting[:configs]
     return [(c.key(), *impl.placeholder_call(c, problem)) for c in chosen]

@@ -55,7 +55,7 @@ def main(argv=None) -> int:
 
     fam = next(f for f in families() if f.name == "rmsnorm")
     override = fam.eager_overrides[0]
-    impl = fam.impl()
+    impl = fam
     rows = []
     for name, call in rmsnorm_cases().items():
         gate = per_call_us(lambda: impl.eager_call(override.target, call, {}), args.iters)

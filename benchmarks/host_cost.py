@@ -44,7 +44,8 @@ def main(argv=None) -> int:
     import torch_flydsl  # noqa: F401  (registers the ops)
     from torch_flydsl import ops
     from torch_flydsl.runtime import launch_guard
-    from torch_flydsl.templates.dense_gemm import family, launcher
+    from torch_flydsl.templates.dense_gemm import launcher
+    from torch_flydsl.templates.dense_gemm.family import FAMILY as family
 
     m, n, k = SHAPE
     a = torch.randn(m, k).bfloat16()
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
             ("torch.ops dense_addmm_out, whole host path",
              per_call_us(lambda: addmm(bias, a, b, alpha=1.0, beta=1.0, cfg=cfg, out=out), args.iters)),
             ("  ops.run body (no torch.ops dispatch)",
-             per_call_us(lambda: ops.run(family.FAMILY, "dense_mm_out", (a, b), {"cfg": cfg, "out": out}), args.iters)),
+             per_call_us(lambda: ops.run(family, "dense_mm_out", (a, b), {"cfg": cfg, "out": out}), args.iters)),
             ("  operand gate, cached (check_call)", per_call_us(lambda: family.check_call(call), args.iters)),
             ("  operand gate, uncached (_check_call)", per_call_us(lambda: family._check_call(call), args.iters // 4)),
             ("  argument packing (compile_args)",

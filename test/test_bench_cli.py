@@ -77,18 +77,39 @@ def cli_args(*argv):
     return build_parser().parse_args(["bench", *argv])
 
 
-def test_a_family_missing_from_the_registry_is_skipped_in_one_line(monkeypatch, capsys, tmp_path):
+def test_a_family_missing_from_the_registry_has_no_bench_op(monkeypatch, capsys, tmp_path):
     from torch_flydsl import registry
     from torch_flydsl.__main__ import main
 
-    monkeypatch.setattr(registry, "FAMILY_MODULES", tuple(m for m in registry.FAMILY_MODULES if ".topk." not in m))
+    monkeypatch.setattr(registry, "FAMILY_MODULES", [m for m in registry.FAMILY_MODULES if ".topk." not in m])
+    registry.families.cache_clear()
+    try:
+        with pytest.raises(SystemExit) as e:
+            main(["bench", "topk", "--out", str(tmp_path)])
+        assert e.value.code == 2 and "invalid choice: 'topk'" in capsys.readouterr().err
+        assert main(["bench", "all", "--out", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        assert "== rms_norm:" in out and "== topk:" not in out
+    finally:
+        registry.families.cache_clear()
+
+
+def test_a_suite_that_does_not_import_is_skipped_in_one_line(monkeypatch, capsys, tmp_path):
+    import importlib
+
+    from torch_flydsl.__main__ import main
+
+    real = importlib.import_module
+
+    def broken(name, *a, **kw):
+        if name == "torch_flydsl.bench.topk":
+            raise ImportError("planted: the topk suite is missing")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
     assert main(["bench", "topk", "--out", str(tmp_path)]) == 1  # nothing left to run
-    out = capsys.readouterr().out
-    assert out == ("bench: skipping topk: its family torch_flydsl.templates.topk.family is not in "
-                   "torch_flydsl.registry.FAMILY_MODULES\n")
-    assert main(["bench", "all", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert out.count("bench: skipping") == 1 and "== rms_norm:" in out and "== topk:" not in out
+    assert capsys.readouterr().out == ("bench: skipping topk: its suite does not import (ImportError: planted: "
+                                       "the topk suite is missing)\n")
 
 
 def test_importing_the_package_or_building_the_parser_imports_no_suite():

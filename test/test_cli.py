@@ -90,7 +90,7 @@ def test_explain_json_has_served_by_offered_and_declined():
 def test_explain_lists_offered_configs():
     out = cli("explain", "mm", "64", "4096", "4096", "--layout", "nt", "--breadth", "baseline")
     assert_expected_inline(out, """\
-mm M=64 N=4096 K=4096 dtype=bf16 layout=nt, as if on gfx950 (search space: baseline)
+mm M=64 N=4096 K=4096 dtype=bfloat16 layout=nt, as if on gfx950 (search space: baseline)
 served by: plugin (torch_flydsl kernels (no in-tree backend in this torch))
 offered: 1 config(s)
 config                    threads    LDS bytes    workgroups
@@ -182,7 +182,7 @@ def test_explain_scaled_mm_parser_takes_mx_formats_and_fp8_only():
     for dtype in ("mxfp8", "mxfp8-e5m2", "mxfp4", "w4a8", "fp8"):
         assert parse(["explain", "scaled_mm", "1", "2", "128", "--dtype", dtype]).dtype == dtype
     args = parse(["explain", "scaled_mm", "1", "2", "128"])
-    assert (args.dtype, args.out_dtype, args.bias, args.v2) == ("mxfp8", "bf16", False, False)
+    assert (args.dtype, args.out_dtype, args.bias, args.v2) == ("mxfp8", "bfloat16", False, False)
     with pytest.raises(SystemExit):
         parse(["explain", "scaled_mm", "1", "2", "128", "--dtype", "bf16"])
     with pytest.raises(SystemExit):
@@ -215,7 +215,7 @@ def test_explain_grouped_mm_declines_every_config_when_k_fits_no_block_k():
               "--breadth", "curated")
     if _grouped_served_by() != "plugin":
         return
-    assert out.startswith("grouped_mm M=512 N=1536 K=40 groups=16 dtype=fp16: A [M,K] row-major x B [G,K,N] "
+    assert out.startswith("grouped_mm M=512 N=1536 K=40 groups=16 dtype=float16: A [M,K] row-major x B [G,K,N] "
                           "row-major per expert, int32 offs, as if on gfx950 (search space: curated)")
     assert "served by: pytorch (no FlyDSL config fits this problem)" in out and "offered: 0 config(s)" in out
     assert "declined: 8 config(s)" in out and out.count("K=40 is not a multiple of block_k") == 8
@@ -241,7 +241,7 @@ def test_explain_grouped_mm_parser():
 
     parse = build_parser().parse_args
     args = parse(["explain", "grouped_mm", "1024", "4096", "2048", "--groups", "8"])
-    assert (args.m, args.n, args.k, args.groups, args.dtype, args.b_major) == (1024, 4096, 2048, 8, "bf16", "col")
+    assert (args.m, args.n, args.k, args.groups, args.dtype, args.b_major) == (1024, 4096, 2048, 8, "bfloat16", "col")
     assert parse(["explain", "grouped_mm", "1", "2", "64", "--groups", "2", "--b-major", "row"]).b_major == "row"
     for bad in (["--groups", "8", "--dtype", "fp32"], ["--groups", "8", "--b-major", "t"], []):  # [] : --groups needed
         with pytest.raises(SystemExit):

@@ -9,10 +9,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-# Linked before it is written (issue 18: another item writes it). Only its absence is let pass,
-# and only for this one file; once it exists it is checked like every other target, anchors too.
-# Remove the entry then.
-PENDING = {"docs/architecture.md"}
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
 _CODE = re.compile(r"`[^`\n]*`")
@@ -59,8 +55,6 @@ def problem(doc: Path, target: str) -> str | None:
     if not dest.is_relative_to(ROOT):
         return "points outside the repository"
     if not dest.exists():
-        if str(dest.relative_to(ROOT)) in PENDING:
-            return None
         return "no such file in the repository"
     if anchor and dest.suffix == ".md" and anchor not in anchors(dest):
         return f"no heading #{anchor} in {dest.relative_to(ROOT)}"

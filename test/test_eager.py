@@ -112,9 +112,10 @@ def test_a_failure_of_ours_before_the_kernel_keeps_pytorchs_path(monkeypatch, ca
     def broken(target, args, kwargs):
         raise KeyError("planted bug")
 
-    impl = type("Impl", (), {"eager_call": staticmethod(broken)})
-    family = type("FamilyStandIn", (), {"impl": staticmethod(lambda: impl)})
+    family = type("FamilyStandIn", (), {"eager_call": staticmethod(broken)})
     monkeypatch.setattr(eager, "_said", set())
+    monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "reference-standin")  # the CPU tensor's device is ours
+    monkeypatch.setattr(eager, "_DEVICE_GATES", {})
     with caplog.at_level(logging.WARNING, logger="torch_flydsl"):
         taken = eager._take(family, EagerOverride("_scaled_grouped_mm_v2", "x"), (torch.zeros(1),), {})
     assert taken is None  # None: the router calls PyTorch's kernel

@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 
 from torch_flydsl.templates.base import Decline
-from torch_flydsl.templates.dense_gemm import family
+from torch_flydsl.templates.dense_gemm import family as dense_family
+from torch_flydsl.templates.dense_gemm.family import FAMILY as family
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "host_cost.py"
 
@@ -37,7 +38,7 @@ def test_a_key_that_is_not_a_config_raises_every_time_and_is_not_cached():
     a = torch.empty(64, 128, dtype=torch.bfloat16)
     b = torch.empty(128, 96, dtype=torch.bfloat16)
     out = torch.empty(64, 96, dtype=torch.bfloat16)
-    before = len(family._CHECKED)
+    before = len(dense_family._CHECKED)
     for _ in range(2):
         try:
             family.check_call(_call(a, b, out, cfg="not-a-config"))
@@ -45,7 +46,7 @@ def test_a_key_that_is_not_a_config_raises_every_time_and_is_not_cached():
             pass
         else:
             raise AssertionError("a bad key must raise")
-    assert len(family._CHECKED) == before
+    assert len(dense_family._CHECKED) == before
 
 
 def test_host_cost_benchmark_runs_the_op_body_to_the_dispatch(capsys):

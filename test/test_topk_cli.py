@@ -24,7 +24,7 @@ def test_explain_topk_offers_the_config_the_eager_path_uses(capsys):
 def test_explain_topk_table_and_declines(capsys):
     assert main(["explain", "topk", "8", "40000", "8", "--smallest", "--dtype", "bf16"]) == 0
     out = capsys.readouterr().out
-    assert "topk ROWS=8 N=40000 K=8 dtype=bf16 smallest sorted" in out
+    assert "topk ROWS=8 N=40000 K=8 dtype=bfloat16 smallest sorted" in out
     assert "declined: [size] 40000 elements along dim 1: the kernel takes rows of at most 32768" in out
     assert main(["explain", "topk", "100", "32768", "1024", "--unsorted"]) == 0
     out = capsys.readouterr().out

@@ -45,12 +45,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
+from .templates.vocabulary import TABLE
+
 FORMAT = "torch-flydsl-dispatch-table"
 VERSION = 1
-OPS = ("mm", "scaled_mm", "grouped_mm")
-LAYOUTS = ("nn", "nt", "tn", "tt")
-DTYPES = ("bfloat16", "float16")
-MX_DTYPES = ("mxfp8", "mxfp8-e5m2", "mxfp4", "w4a8")  # scaled_mm: the scaled family's format names
 SOURCES = ("hand", "bench", "inductor", "record", "precompile")
 ENV = "TORCH_FLYDSL_DISPATCH_TABLE"
 
@@ -87,35 +85,61 @@ class Entry:
         return self.m if isinstance(self.m, tuple) else (self.m, self.m)
 
 
+def table_ops() -> dict:
+    """``{op: (family, user op)}`` for every user op a table may name (its ``TableRule``)."""
+    from .registry import user_ops
+
+    return {u.name: (f, u) for f, u in user_ops() if u.table is not None}
+
+
 def _key_dtype(op: str, name: str):
-    """What a lookup passes as ``dtype``: a ``torch.dtype`` for ``mm``, the format name for
-    ``scaled_mm``."""
-    if op == "scaled_mm":
-        return name
-    import torch
-
-    return getattr(torch, name)
+    """What a lookup passes as ``dtype`` for ``op`` (a ``torch.dtype``, or a format name)."""
+    return table_ops()[op][1].table.key_dtype(name)
 
 
-def _op_dtypes(op: str) -> tuple:
-    return MX_DTYPES if op == "scaled_mm" else DTYPES
-
-
-def _check_config(op: str, key: str) -> Optional[str]:
-    """Why ``key`` is not a config of ``op``'s family (None: it is)."""
-    if op == "mm":
-        from .templates.dense_gemm.config import DenseGemmConfig as Config
-    elif op == "grouped_mm":
-        from .templates.grouped_gemm.config import GroupedGemmConfig as Config
-    else:
-        from .templates.scaled_gemm.config import ScaledGemmConfig as Config
-
+def _check_config(family, key: str) -> Optional[str]:
+    """Why ``key`` is not a config of ``family`` (None: it is)."""
     try:
-        cfg = Config.from_key(key)
+        cfg = family.config_from_key(key)
     except ValueError as e:
         return str(e)
     problems = cfg.static_problems()
     return "; ".join(problems) if problems else None
+
+
+def _shape_fields(op: str, user, rule, raw: dict, where: str) -> tuple:
+    """``(dtype, layout, bias, groups)`` of an entry of ``op``, checked by the op's own fields."""
+    from .templates.vocabulary import FieldError
+
+    def one(name: str, fallback, allowed=None):
+        field = user.field(name)
+        value = raw.get(name, field.default if field is not None else fallback)
+        try:
+            if field is not None and TABLE in field.formats:
+                value = field.coerce(value)
+            if allowed is not None and value not in allowed:
+                raise FieldError(f"{name} {value!r} is not one of {', '.join(allowed)}")
+        except FieldError as e:
+            raise TableError(f"{where}: {e} (op {op})") from None
+        return value
+
+    dtype = one("dtype", None)
+    layout = one("layout", "nt", rule.layouts)
+    bias = raw.get("bias", False)
+    if not isinstance(bias, bool):
+        raise TableError(f"{where}: bias must be true or false, got {bias!r}")
+    if bias and not rule.bias:
+        raise TableError(f"{where}: {op} entries have no bias")
+    groups = raw.get("groups", 0)
+    if rule.groups and not (isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1):
+        raise TableError(f"{where}: {op} needs groups, a positive integer (the experts), got {groups!r}")
+    if not rule.groups and "groups" in raw:
+        raise TableError(f"{where}: groups is a field of entries of {', '.join(_grouped_ops()) or 'no op'} only")
+    return dtype, layout, bias, groups
+
+
+def _grouped_ops() -> list:
+    return [op for op, (_, u) in table_ops().items() if u.table.groups]
 
 
 def _entry(raw, where: str) -> Entry:
@@ -128,17 +152,12 @@ def _entry(raw, where: str) -> Entry:
     missing = [f for f in ("op", "dtype", "m", "n", "k", "config") if f not in raw]
     if missing:
         raise TableError(f"{where}: missing field(s) {', '.join(missing)}")
-    op, dtype, layout = raw["op"], raw["dtype"], raw.get("layout", "nt")
-    if op not in OPS:
-        raise TableError(f"{where}: op {op!r} is not one of {', '.join(OPS)}")
-    if dtype not in _op_dtypes(op):
-        raise TableError(f"{where}: dtype {dtype!r} is not one of {', '.join(_op_dtypes(op))} (op {op})")
-    layouts = LAYOUTS if op == "mm" else ("nt",)
-    if layout not in layouts:
-        raise TableError(f"{where}: layout {layout!r} is not one of {', '.join(layouts)} (op {op})")
-    bias = raw.get("bias", False)
-    if not isinstance(bias, bool):
-        raise TableError(f"{where}: bias must be true or false, got {bias!r}")
+    ops = table_ops()
+    op = raw["op"]
+    if op not in ops:
+        raise TableError(f"{where}: op {op!r} is not one of {', '.join(ops)}")
+    family, user = ops[op]
+    dtype, layout, bias, groups = _shape_fields(op, user, user.table, raw, where)
     m = raw["m"]
     if isinstance(m, list) and len(m) == 2 and all(isinstance(x, int) for x in m) and 1 <= m[0] <= m[1]:
         m = (m[0], m[1])
@@ -148,14 +167,7 @@ def _entry(raw, where: str) -> Entry:
         v = raw[name]
         if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             raise TableError(f"{where}: {name} must be a positive integer, got {v!r}")
-    groups = raw.get("groups", 0)
-    if op == "grouped_mm" and not (isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1):
-        raise TableError(f"{where}: grouped_mm needs groups, a positive integer (the experts), got {groups!r}")
-    if op != "grouped_mm" and "groups" in raw:
-        raise TableError(f"{where}: groups is a field of grouped_mm entries only")
-    if op == "grouped_mm" and raw.get("bias", False):
-        raise TableError(f"{where}: grouped_mm entries have no bias")
-    why = _check_config(op, raw["config"]) if isinstance(raw["config"], str) else "not a string"
+    why = _check_config(family, raw["config"]) if isinstance(raw["config"], str) else "not a string"
     if why:
         raise TableError(f"{where}: config {raw['config']!r}: {why}")
     source = raw.get("source", "hand")
@@ -318,7 +330,8 @@ def active() -> DispatchTable:
 # os.environ's own mapping of encoded names answers the same question in ~50 ns. The values stay
 # bytes in the settings tuple and are decoded only when a table is (re)loaded.
 try:
-    _ENV_DATA = os.environ._data if os.supports_bytes_environ and isinstance(os.environ._data, dict) else None
+    _data = getattr(os.environ, "_data", None)  # CPython's private map (os.environ's own storage)
+    _ENV_DATA = _data if os.supports_bytes_environ and isinstance(_data, dict) else None
 except AttributeError:  # another Python's os.environ
     _ENV_DATA = None
 _KEYS = (os.fsencode(ENV), os.fsencode(CACHE_DIR_ENV))

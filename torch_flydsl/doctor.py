@@ -168,11 +168,11 @@ def _here() -> tuple[str, int]:
 
 def serving_rows() -> list[tuple[str, str, str, str]]:
     """Per op family: who serves it here, who would on a gfx950 with this install, and why."""
-    from .serving import ALL_OPS, who_serves
+    from .serving import all_ops, who_serves
 
     device_type, index = _here()
     out = []
-    for op in ALL_OPS:
+    for op in all_ops():
         here = who_serves(op, device_type, index)
         mi350 = who_serves(op, assume_gfx950=True)
         out.append((op, here.served_by, mi350.served_by, here.reason if here.served_by != mi350.served_by else mi350.reason))
@@ -185,9 +185,9 @@ def family_rows() -> list[tuple[str, str, str, int]]:
 
     out = []
     for f in families():
-        ops = f.aten_ops + tuple(o.serving for o in f.lowering_overrides + f.eager_overrides)
-        # dict.fromkeys: once per op (topk and topk.values both serve "topk").
-        out.append((f.name, ", ".join(dict.fromkeys(ops)), f.impl().KERNEL_VERSION, len(f.impl().curated())))
+        # Entry points first, then ops users name only in files and the CLI; once each.
+        ops = f.serving_names + tuple(u.name for u in f.user_ops)
+        out.append((f.name, ", ".join(dict.fromkeys(ops)), f.kernel_version, len(f.curated())))
     return out
 
 

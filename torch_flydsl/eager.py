@@ -1,9 +1,10 @@
 """Eager overrides: a family's kernel serves the eligible calls of an aten op; PyTorch's own
 kernel for that op and dispatch key (captured before ours is registered) serves every other.
 
-A family lists its overrides in ``Family.eager_overrides`` and implements
+A family lists its overrides in ``KernelFamily.eager_overrides`` and implements
 ``eager_call(target, args, kwargs) -> (call, config, problem) | Decline`` (allocating the
-output) plus the usual ``execute``. Overrides are registered at ``enable()`` only where a call
+output) plus the usual executors. This module alone applies the device rule and the
+coexistence rule to each call (``_device_gate``); families decide eligibility only. Overrides are registered at ``enable()`` only where a call
 could be ours: the CUDA key on ROCm builds (the device's arch is checked per call), and the
 CPU key under the emulator / reference-standin executors, so tests and the demo drive the real
 dispatch path on CPU. Registration imports neither FlyDSL nor Inductor.
@@ -17,7 +18,7 @@ formatting. A kernel that cannot run here (compile failure, no gfx950) falls bac
 kernel with one warning per reason; the emulator finding a kernel wrong (race, out of bounds)
 raises.
 
-A family may also provide ``cpu_standin_kernels() -> ((op, key, kernel), ...)``: what a ROCm
+A family may also override ``cpu_standin_kernels() -> ((op, key, kernel), ...)``: what a ROCm
 build routes natively but a CPU build does not (e.g. a composite op's GPU branch), installed
 only under the CPU executors so that the CPU stands for the gfx950 on the real dispatch path.
 """
@@ -33,7 +34,7 @@ from typing import Any, Optional
 from ._log import log
 
 DEBUG = logging.DEBUG
-Decline = None  # templates.base.Decline, bound on the first call (_take)
+Decline: Any = None  # templates.base.Decline, bound on the first call (_take)
 
 _local = threading.local()
 _libs: list = []  # keep the torch.library.Library objects alive
@@ -77,17 +78,17 @@ def dispatch_keys() -> tuple[str, ...]:
     return tuple(keys)
 
 
-def _deferred(override, key: str) -> Optional[str]:
+def _deferred(override, key: str, index: Optional[int] = None) -> Optional[str]:
     """Why the plugin leaves this override's op to torch's in-tree FlyDSL override (torch 2.15+)
-    on ``key``, following the coexistence rule (``serving``); None: register ours. On the CUDA
-    key only an in-tree override that really registered the op counts (no device is queried at
-    import); under the CPU executors the CPU stands for the gfx950, so the install-level answer
-    decides, as everywhere else."""
+    on ``key`` (and, per call, CUDA device ``index``), following the coexistence rule
+    (``serving``); None: ours serves. On the CUDA key only an in-tree override that really
+    registered the op counts (at registration no device is queried); under the CPU executors
+    the CPU stands for the gfx950, so the install-level answer decides, as everywhere else."""
     from . import serving
 
     if key == "CPU":
         return serving.deferral(override.serving, "cpu")
-    why = serving.deferral(override.serving, "cuda", assume_gfx950=True)
+    why = serving.deferral(override.serving, "cuda", index or 0, assume_gfx950=index is None)
     if why:
         from .runtime import intree
 
@@ -135,8 +136,7 @@ def register() -> None:
 def _register_cpu_standins(family) -> None:
     import torch
 
-    standins = getattr(family.impl(), "cpu_standin_kernels", None)
-    for op, key, kernel in (standins() if standins else ()):
+    for op, key, kernel in family.cpu_standin_kernels():
         if (op, key) in _registered:
             continue
         lib = torch.library.Library("aten", "IMPL")
@@ -170,14 +170,52 @@ def _say(level, key, msg, *args) -> None:
         log.log(level, msg, *args)
 
 
+# Per (serving name, device, executor): why the plugin's kernels do not serve calls there, or
+# None. The one place eager calls meet the device and coexistence rules (families decide
+# eligibility only); a repeated call pays one dict probe. Bounded: cleared when full.
+_DEVICE_GATES: dict = {}
+_DEVICE_GATES_MAX = 256
+
+
+def _device_gate(override, args: tuple, kwargs: dict) -> Optional[str]:
+    """Why this call's device is not the plugin's (no gfx950, the wrong executor) or why the
+    coexistence rule leaves the op to torch's in-tree backend on it; None: the family decides.
+    The device is the first argument's (every overridden op's first operand is a tensor)."""
+    from . import config
+
+    first = args[0] if args else next(iter(kwargs.values()), None)
+    device = getattr(first, "device", None)
+    if device is None:
+        return None
+    key = (override.serving, device, config.executor())
+    if key in _DEVICE_GATES:
+        return _DEVICE_GATES[key]
+    from .runtime.launch_guard import device_decline
+
+    why = device_decline(device)
+    if why is not None:
+        why = f"[device] {why}"
+    else:
+        deferred = _deferred(override, "CPU" if device.type == "cpu" else "CUDA", device.index or 0)
+        why = None if deferred is None else f"[version] {deferred}"
+    if len(_DEVICE_GATES) >= _DEVICE_GATES_MAX:
+        _DEVICE_GATES.clear()
+    _DEVICE_GATES[key] = why
+    return why
+
+
 def _take(family, override, args: tuple, kwargs: dict) -> Optional[Any]:
     """Our kernel's output for this call, or None for PyTorch's kernel."""
     global Decline
     if Decline is None:  # bound on the first call: this module loads inside ``import torch``
         from .templates.base import Decline
-    impl = family.impl()
+    why = _device_gate(override, args, kwargs)
+    if why is not None:
+        if log.isEnabledFor(DEBUG):
+            log.debug("aten.%s: PyTorch's kernel: %s", override.target, why)
+        return None
     try:
-        taken = impl.eager_call(override.target, args, kwargs)
+        taken = family.eager_call(override.target, args, kwargs)
     except Exception as e:  # a bug of ours must never fail the user's call: PyTorch's kernel runs
         _say(logging.WARNING, (override.target, type(e).__name__), "aten.%s: PyTorch's kernel runs: %s: %s",
              override.target, type(e).__name__, e)
@@ -186,10 +224,10 @@ def _take(family, override, args: tuple, kwargs: dict) -> Optional[Any]:
         if log.isEnabledFor(DEBUG):
             log.debug("aten.%s: PyTorch's kernel: %s", override.target, taken)
         return None
-    return _run(impl, override, *taken)
+    return _run(family, override, *taken)
 
 
-def _run(impl, override, call, cfg, problem) -> Optional[Any]:
+def _run(family, override, call, cfg, problem) -> Optional[Any]:
     from .emulator.errors import EmulatorError
     from .runtime.compile import CompileError
     from .runtime.launch_guard import LaunchRefused, executor_for
@@ -197,7 +235,7 @@ def _run(impl, override, call, cfg, problem) -> Optional[Any]:
     out = call.out
     try:
         executor = executor_for((out[0] if isinstance(out, tuple) else out).device)
-        impl.execute(executor, cfg, problem, call)
+        family.execute(executor, cfg, problem, call)
     except LaunchRefused as e:
         if log.isEnabledFor(DEBUG):
             log.debug("aten.%s: PyTorch's kernel: %s", override.target, e)

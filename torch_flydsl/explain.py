@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
 
 from .serving import INTREE, PLUGIN, PYTORCH, Serving, who_serves
+from .registry import require_family, user_op, user_ops
 from .templates.base import Decline
-from .registry import family_for
-
-DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
-          "fp32": torch.float32, "float32": torch.float32}
+from .templates.vocabulary import EXPLAIN
 
 
 def _json_value(name: str, value: Any) -> Any:
@@ -42,13 +41,16 @@ def problem_json(problem: Any) -> Optional[dict]:
 
 def lds_bytes(op: str, cfg: Any, problem: Any) -> int:
     """A config's static LDS for this problem (the family knows what it depends on)."""
-    return family_for(op).impl().lds_bytes(cfg, problem)
+    return _family(op).lds_bytes(cfg, problem)
 
 
 def workgroups(op: str, cfg: Any, problem: Any) -> Optional[int]:
     """Workgroups a config launches for this problem, where the family says (None otherwise)."""
-    fn = getattr(family_for(op).impl(), "workgroups", None)
-    return None if fn is None else fn(cfg, problem)
+    return _family(op).workgroups(cfg, problem)
+
+
+def _family(op: str):
+    return require_family(op)
 
 
 @dataclass
@@ -59,6 +61,8 @@ class Explanation:
     serving: Serving
     offered: list = field(default_factory=list)  # the family's configs
     declined: list[tuple[Optional[Any], Decline]] = field(default_factory=list)
+    user_op: str = ""  # the op as the user named it, and its field values
+    values: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The machine-readable answer (``explain --json``)."""
@@ -76,8 +80,8 @@ class Explanation:
         }
 
 
-def _explain(op: str, impl, problem, breadth: Optional[str]) -> Explanation:
-    """Who serves ``op`` (a serving name) as if on gfx950, and which of ``impl``'s configs fit."""
+def _explain(op: str, family, problem, breadth: Optional[str]) -> Explanation:
+    """Who serves ``op`` (a serving name) as if on gfx950, and which of ``family``'s configs fit."""
     from . import config
 
     breadth = breadth or config.autotune_breadth()
@@ -93,64 +97,63 @@ def _explain(op: str, impl, problem, breadth: Optional[str]) -> Explanation:
         return ex
     from .deploy.run_only import gate
 
-    ex.offered, ex.declined = gate(impl, problem, *impl.configs_for(problem, breadth))
+    ex.offered, ex.declined = gate(family, problem, *family.configs_for(problem, breadth))
     if not ex.offered:
         ex.serving = Serving(op, PYTORCH, "no FlyDSL config fits this problem")
     return ex
 
 
-def explain_mm(m, n, k, dtype="bf16", layout="nt", bias=False, breadth: Optional[str] = None) -> Explanation:
-    """What a gfx950 process with this install would do with the GEMM: who serves it (the
-    plugin, torch's in-tree backend, PyTorch), which configs the plugin offers, and why not
-    the others. Assumes FLYDSL is requested under max-autotune."""
-    if isinstance(dtype, str):
-        dtype = DTYPES[dtype.lower()]
-    op = "addmm" if bias else "mm"
-    impl = family_for(op).impl()
-    return _explain(op, impl, impl.explain_problem(op, m, n, k, dtype, layout.lower()), breadth)
+def _value(v: Any) -> Any:
+    return str(v).replace("torch.", "") if isinstance(v, torch.dtype) else v
 
 
-def explain_scaled_mm(m, n, k, dtype: str = "mxfp8", out_dtype="bf16", bias: bool = False, v2: bool = False,
-                      breadth: Optional[str] = None) -> Explanation:
-    """The same answer for an MX ``torch._scaled_mm`` (``v2``: ``F.scaled_mm`` /
-    ``torch._scaled_mm_v2`` with BlockWise1x32 NO_SWIZZLE scales) in its TN layout with
-    unswizzled E8M0 scales. ``dtype``: mxfp8, mxfp8-e5m2, mxfp4 or w4a8; anything else (``fp8``:
-    float32 tensor- or row-wise scales) is declined with the reason."""
-    if isinstance(out_dtype, str):
-        out_dtype = DTYPES[out_dtype.lower()]
-    impl = family_for("scaled_mm").impl()
-    problem = impl.explain_problem("scaled_mm_v2" if v2 else "scaled_mm", m, n, k, dtype, out_dtype=out_dtype,
-                                   bias=bias)
-    return _explain("scaled_mm_v2" if v2 else "scaled_mm", impl, problem, breadth)
+def read_values(op: str, args: tuple = (), kwargs: Optional[dict] = None):
+    """``(family, user op, values)`` for ``explain``'s arguments of user op ``op`` (or one of its
+    aliases): positional in the op's field order (sizes first), checked by each field's
+    validator (``FieldError``, a ValueError, names a bad value; TypeError a wrong call)."""
+    found = user_op(op)
+    if found is None:
+        known = ", ".join(u.name for _, u in user_ops())
+        raise ValueError(f"no kernel family knows op {op!r} (known: {known})")
+    family, user = found
+    fields = user.sizes + tuple(f for f in user.fields if EXPLAIN in f.formats)
+    if len(args) > len(fields):
+        raise TypeError(f"explain {op}: {len(args)} positional values for {len(fields)} fields")
+    raw = dict(zip((f.name for f in fields), args))
+    for name, v in (kwargs or {}).items():
+        if name in raw:
+            raise TypeError(f"explain {op}: {name} given twice")
+        raw[name] = v
+    unknown = sorted(set(raw) - {f.name for f in fields})
+    if unknown:
+        raise TypeError(f"explain {op}: unknown argument(s) {', '.join(unknown)} "
+                        f"(fields: {', '.join(f.name for f in fields)})")
+    values = dict(user.aliases.get(op, {}))
+    for f in fields:
+        if f.name in raw:
+            values[f.name] = f.coerce(_value(raw[f.name]), explain=True)
+        elif f.name not in values:
+            if f.required:
+                raise TypeError(f"explain {op}: missing {f.name}")
+            values[f.name] = f.default
+    return family, user, values
 
 
-def explain_grouped_mm(m, n, k, groups: int, dtype="bf16", b_major: str = "col",
-                       breadth: Optional[str] = None) -> Explanation:
-    """The same answer for ``torch._grouped_mm``'s MoE forward: A ``[m, k]`` row-major (``m``:
-    the tokens of all ``groups`` experts), B ``[groups, k, n]`` with each expert's matrix
-    ``b_major`` ("col": stored ``[groups, n, k]``, the usual weight layout; "row"), int32
-    ``offs [groups]`` on the device, no bias."""
-    if isinstance(dtype, str):
-        dtype = DTYPES[dtype.lower()]
-    impl = family_for("grouped_mm").impl()
-    problem = impl.explain_problem("grouped_mm", m, n, k, dtype, groups=groups, b_major=b_major.lower())
-    return _explain("grouped_mm", impl, problem, breadth)
+def explain(op: str, *args: Any, breadth: Optional[str] = None, **kwargs: Any) -> Explanation:
+    """What a gfx950 process with this install would do with user op ``op`` (``mm``,
+    ``scaled_mm``, ... every family's ``user_ops``): who serves it (the plugin, torch's in-tree
+    backend, PyTorch), which configs the plugin offers, and why not the others. Arguments are
+    the op's fields (``python -m torch_flydsl explain OP --help`` lists them). Assumes FLYDSL is
+    requested under max-autotune. ``explain_<op>(...)`` is the same call."""
+    family, user, values = read_values(op, args, kwargs)
+    serving = family.serving_for(user.name, values)
+    ex = _explain(serving, family, family.problem_for(user.name, values), breadth)
+    ex.user_op, ex.values = user.name, values
+    return ex
 
 
-def explain_topk(rows: int, n: int, k: int, dtype="fp32", largest: bool = True, sorted: bool = True,
-                 breadth: Optional[str] = None) -> Explanation:
-    """The same answer for an eager ``torch.topk`` along the last dim of a contiguous
-    ``[rows, n]`` tensor (the TopK family's eager override)."""
-    if isinstance(dtype, str):
-        dtype = DTYPES[dtype.lower()]
-    impl = family_for("topk").impl()
-    return _explain("topk", impl, impl.explain_problem(rows, n, k, dtype, largest, sorted), breadth)
-
-
-def explain_rms_norm(rows: int, n: int, dtype="bf16", weight: bool = True, breadth: Optional[str] = None) -> Explanation:
-    """The same answer for an eager ``F.rms_norm`` over the last dim of a contiguous ``[rows, n]``
-    tensor (the RMSNorm family's ``_fused_rms_norm`` override; eps=None)."""
-    if isinstance(dtype, str):
-        dtype = DTYPES[dtype.lower()]
-    impl = family_for("rms_norm").impl()
-    return _explain("rms_norm", impl, impl.explain_problem(rows, n, dtype, weight), breadth)
+def __getattr__(name: str):
+    """``explain_mm``, ``explain_topk``, ...: ``explain`` bound to one user op."""
+    if name.startswith("explain_") and user_op(name[len("explain_"):]) is not None:
+        return functools.partial(explain, name[len("explain_"):])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ def fingerprint() -> tuple[str, ...]:
     from .registry import families
     from .runtime.probe import flydsl_info
 
-    kernels = tuple(x for f in families() for x in (f.name, f.impl().KERNEL_VERSION))
+    kernels = tuple(x for f in families() for x in (f.name, f.kernel_version))
     return ("torch_flydsl", __version__, "flydsl", str(flydsl_info().version)) + kernels
 
 

@@ -40,7 +40,7 @@ def strict():
         _local.strict = before
 
 
-def _fall_back(impl, call, why: str) -> None:
+def _fall_back(family, call, why: str) -> None:
     from ._log import log
 
     if getattr(_local, "strict", False):
@@ -48,7 +48,7 @@ def _fall_back(impl, call, why: str) -> None:
     if (call.cfg_key, why) not in _warned:
         _warned.add((call.cfg_key, why))
         log.warning("FlyDSL %s not used for these operands, PyTorch computes them: %s", call.cfg_key, why)
-    impl.torch_fallback(call)
+    family.torch_fallback(call)
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,33 +65,31 @@ def _run_deps():
 def run(family, custom_op: str, args: tuple, kwargs: dict) -> None:
     """The body of every custom op: check the operands it got, run the family's kernel on the
     executor this process allows, or compute PyTorch's result and say why."""
-    impl = family.impl()
-    call = impl.parse_call(custom_op, args, kwargs)
-    why = try_call(impl, call)
+    call = family.parse_call(custom_op, args, kwargs)
+    why = try_call(family, call)
     if why is not None:
-        _fall_back(impl, call, why)
+        _fall_back(family, call, why)
 
 
 def try_run(family, custom_op: str, args: tuple, kwargs: dict):
     """Run the family's kernel for this custom-op call if it can run here: None when it ran,
     else why not (then nothing was computed, and the caller picks its own path: vLLM's
     re-route keeps vLLM's kernel choice)."""
-    impl = family.impl()
-    return try_call(impl, impl.parse_call(custom_op, args, kwargs))
+    return try_call(family, family.parse_call(custom_op, args, kwargs))
 
 
-def try_call(impl, call):
+def try_call(family, call):
     EmulatorError, CompileError, launch_guard, Decline = _run_deps()
     try:
         executor = launch_guard.executor_for(call.out.device)
-        checked = impl.check_call(call)
+        checked = family.check_call(call)
     except (launch_guard.LaunchRefused, ValueError) as e:  # no usable FlyDSL/device here, or a key from elsewhere
         return str(e)
     if isinstance(checked, Decline):
         return str(checked)
     cfg, problem = checked
     try:
-        impl.execute(executor, cfg, problem, call)
+        family.execute(executor, cfg, problem, call)
     except EmulatorError as e:
         if not isinstance(e.__cause__, CompileError):
             raise  # the emulator found the kernel wrong (race, out of bounds): never hide that
@@ -104,8 +102,7 @@ def try_call(impl, call):
 def _impl_for(family, custom_op: str, baseline: bool = False):
     def custom_op_impl(*args, **kwargs) -> None:
         if baseline:  # PyTorch's computation under our op's contract: nothing to check or run
-            impl = family.impl()
-            impl.torch_fallback(impl.parse_call(custom_op, args, kwargs))
+            family.torch_fallback(family.parse_call(custom_op, args, kwargs))
         else:
             run(family, custom_op, args, kwargs)
 

@@ -14,14 +14,18 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import config
-from .registry import family_for, override_for
+from .registry import family_for, override_for, serving_names
 from .runtime import intree
 
-# Every op either backend may serve, in the order doctor lists them. MX scaled GEMM has two
-# entries: torch._scaled_mm (v1, which torch 2.15's in-tree backend leaves alone) and
-# torch._scaled_mm_v2 / F.scaled_mm (v2, which it serves). scaled_grouped_mm is MXFP8 grouped
-# GEMM (F.scaled_grouped_mm), served eagerly: no torch lowers it.
-ALL_OPS = ("mm", "addmm", "scaled_mm", "scaled_mm_v2", "grouped_mm", "scaled_grouped_mm", "rms_norm", "topk")
+
+def all_ops() -> tuple[str, ...]:
+    """Every op either backend may serve, in the order doctor lists them: each family's entry
+    points in registration order (MX scaled GEMM has two: ``torch._scaled_mm``, v1, which torch
+    2.15's in-tree backend leaves alone, and ``torch._scaled_mm_v2`` / ``F.scaled_mm``, v2,
+    which it serves), then any the in-tree backend serves that no family does."""
+    ours = serving_names()
+    return ours + tuple(op for op in intree.INTREE_OPS if op not in ours)
+
 
 PLUGIN, INTREE, PYTORCH = "plugin", "in-tree", "pytorch"
 

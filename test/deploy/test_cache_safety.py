@@ -328,7 +328,7 @@ from torch_flydsl.deploy.spec import Shape
 d = sys.argv[1]
 path = os.path.join(d, "shapes.json")
 first = Recorder()
-first.note(Shape("mm", "bfloat16", "nt", False, 16, 4096, 4096))
+first.note(Shape.of("mm", dtype="bfloat16", layout="nt", bias=False, m=16, n=4096, k=4096))
 first.save(path)
 fd = os.open(os.path.join(d, "filler"), os.O_WRONLY | os.O_CREAT)
 try:
@@ -338,7 +338,7 @@ except OSError:
     pass
 more = Recorder()
 for m in range(1, 400):
-    more.note(Shape("mm", "bfloat16", "nt", False, m, 4096, 4096))
+    more.note(Shape.of("mm", dtype="bfloat16", layout="nt", bias=False, m=m, n=4096, k=4096))
 try:
     more.save(path)
     saved = "saved"

@@ -26,7 +26,7 @@ def test_an_unusable_cache_dir_warns_once_and_compiles_in_memory(tmp_path, monke
 RECORD = r"""
 import torch
 from torch_flydsl.deploy.record import note_from_env
-note_from_env(torch.empty(4, 8, dtype=torch.bfloat16), torch.empty(8, 16, dtype=torch.bfloat16))
+note_from_env("mm", [torch.empty(4, 8, dtype=torch.bfloat16), torch.empty(8, 16, dtype=torch.bfloat16)])
 print("ran")
 """
 

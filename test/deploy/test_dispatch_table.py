@@ -182,7 +182,7 @@ def test_the_mm_bench_writes_its_wins_into_a_dispatch_table(tmp_path):
         return {"M": m, "N": 4096, "K": 4096, "flydsl_config": DECODE, "flydsl_ms": ours, "x_best": theirs / ours}
 
     path = dt.parse(doc(entry(m=4096, config=BIG))).save(tmp_path / "t.json")
-    said = write_table([row(1, 0.010, 0.0102), row(2, 0.010, 0.01009), row(4, 0.010, 0.009)], path)
+    said = write_table([row(1, 0.010, 0.0102), row(2, 0.010, 0.01009), row(4, 0.010, 0.009)], path, "mm")
     assert said.startswith("1 of 3 shape(s)") and "with and without bias" in said
     t = dt.load(path)
     bf = torch.bfloat16
@@ -208,15 +208,15 @@ def test_bench_mm_reads_a_recorded_shapes_spec(tmp_path):
     NT shapes, once each (bias or not); other suites refuse it with the reason."""
     from torch_flydsl.deploy.spec import Shape, write_shapes
 
-    spec = write_shapes(tmp_path / "rec.json", [Shape("mm", "bfloat16", "nt", True, 16, 4096, 4096),
-                                                Shape("mm", "bfloat16", "nt", False, 16, 4096, 4096),
-                                                Shape("mm", "float16", "nt", False, 8, 512, 512),
-                                                Shape("mm", "bfloat16", "nt", False, 64, 1024, 4096)])
+    spec = write_shapes(tmp_path / "rec.json", [Shape.of("mm", dtype="bfloat16", layout="nt", bias=True, m=16, n=4096, k=4096),
+                                                Shape.of("mm", dtype="bfloat16", layout="nt", bias=False, m=16, n=4096, k=4096),
+                                                Shape.of("mm", dtype="float16", layout="nt", bias=False, m=8, n=512, k=512),
+                                                Shape.of("mm", dtype="bfloat16", layout="nt", bias=False, m=64, n=1024, k=4096)])
     r = bench("mm", "--shapes", str(spec), "--out", str(tmp_path / "o"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "2 shapes" in r.stdout and "16x4096x4096" in r.stdout and "64x1024x4096" in r.stdout, r.stdout
     r = bench("topk", "--shapes", str(spec))
-    assert r.returncode == 2 and "for mm and scaled_mm only" in r.stderr, r.stderr
+    assert r.returncode == 2 and "bench topk does not read those" in r.stderr, r.stderr
     r = bench("scaled_mm", "--shapes", str(spec))
     assert r.returncode == 2 and "holds no MX scaled_mm shape" in r.stderr, r.stderr
 
@@ -224,7 +224,11 @@ def test_bench_mm_reads_a_recorded_shapes_spec(tmp_path):
 def test_bench_scaled_mm_reads_the_mxfp8_shapes_a_vllm_run_recorded(tmp_path):
     """The MXFP8 re-route records ``scaled_mm`` shapes; bench scaled_mm plans exactly those
     (format, M, N, K; bias or not once), and bench mm finds none of its own there."""
-    from torch_flydsl.deploy.record import scaled_shape
+    from torch_flydsl.deploy.spec import Shape
+
+    def scaled_shape(fmt, out_dtype, bias, m, n, k):
+        return Shape.of("scaled_mm", dtype=fmt, out_dtype=str(out_dtype).replace("torch.", ""), bias=bias, m=m, n=n,
+                        k=k)
     from torch_flydsl.deploy.spec import write_shapes
 
     spec = write_shapes(tmp_path / "rec.json", [scaled_shape("mxfp8", torch.bfloat16, False, 32, 64, 256),

@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from torch_flydsl.deploy.record import record_shapes, shape_of
+from torch_flydsl.deploy.record import record_shapes, shape_of_call
 from torch_flydsl.deploy.spec import Shape, load
 
 
@@ -19,8 +19,8 @@ def test_linear_layers_are_recorded_as_nt_with_and_without_bias(tmp_path):
         down(up(x))
         down(up(x))
         torch.mm(torch.randn(4, 8), torch.randn(8, 4))  # fp32: not a dense-family dtype
-    assert rec.shapes == {Shape("mm", "bfloat16", "nt", True, 15, 128, 64): 2,
-                          Shape("mm", "bfloat16", "nt", False, 15, 32, 128): 2}
+    assert rec.shapes == {Shape.of("mm", dtype="bfloat16", layout="nt", bias=True, m=15, n=128, k=64): 2,
+                          Shape.of("mm", dtype="bfloat16", layout="nt", bias=False, m=15, n=32, k=128): 2}
     assert rec.skipped == 1
     spec = load(tmp_path / "s.json", breadth="baseline")
     assert {w.shape for w in spec.work} == set(rec.shapes)
@@ -38,10 +38,10 @@ def test_saving_merges_with_what_the_file_holds(tmp_path):
 
 def test_layouts_the_family_cannot_take_are_skipped():
     a = torch.randn(8, 16, 2, dtype=torch.bfloat16)[:, :, 0]  # neither dimension unit-stride
-    assert shape_of(a, torch.randn(16, 4, dtype=torch.bfloat16)) is None
+    assert shape_of_call("mm", [a, torch.randn(16, 4, dtype=torch.bfloat16)]) is None
     full_addend = torch.randn(8, 4, dtype=torch.bfloat16)
-    assert shape_of(torch.randn(8, 16, dtype=torch.bfloat16), torch.randn(16, 4, dtype=torch.bfloat16),
-                    full_addend) is None
+    assert shape_of_call("addmm", [full_addend, torch.randn(8, 16, dtype=torch.bfloat16),
+                                   torch.randn(16, 4, dtype=torch.bfloat16)]) is None
 
 
 COMPILED = r"""

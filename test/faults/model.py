@@ -23,7 +23,7 @@ def plugin_hooks(force_win: bool) -> list:
     try:
         import torch_flydsl
         from torch_flydsl.inductor import choices
-        from torch_flydsl.templates.dense_gemm import emulated as emu
+        from torch_flydsl.templates.dense_gemm.family import FAMILY as emu
     except Exception as e:  # a broken plugin is one of the faults under test
         print(f"[model] torch_flydsl unavailable: {type(e).__name__}: {e}", file=sys.stderr)
         return emulated

@@ -42,23 +42,23 @@ def plant_failure(cfg_key, package):
     wrong (an ``EmulatorError``: the op never hides those behind PyTorch's result)."""
     from torch_flydsl.emulator.errors import EmulatorError
 
-    emulated = importlib.import_module(f"torch_flydsl.templates.{package}.emulated")
+    family = importlib.import_module(f"torch_flydsl.templates.{package}.family").FAMILY
 
     class PlantedKernelFault(EmulatorError):
         pass
 
-    run = emulated.run_emulated
+    run = family.run_emulated
 
     def run_or_fail(cfg, *args, **kwargs):
         if cfg.key() == cfg_key:
             raise PlantedKernelFault(f"planted failure of {cfg_key}")
         return run(cfg, *args, **kwargs)
 
-    emulated.run_emulated = run_or_fail
+    family.run_emulated = run_or_fail  # the family's executor: every emulated run of it passes here
 
 
 def offer_only(cfg_keys, package):
-    family = importlib.import_module(f"torch_flydsl.templates.{package}.family")
+    family = importlib.import_module(f"torch_flydsl.templates.{package}.family").FAMILY
 
     configs_for = family.configs_for
 

@@ -36,7 +36,7 @@ def main(opts):
     from torch_flydsl.inductor import choices
     from torch_flydsl.runtime import workers
     from torch_flydsl.templates.dense_gemm import config as dense_config
-    from torch_flydsl.templates.dense_gemm import emulated
+    from torch_flydsl.templates.dense_gemm.family import FAMILY
 
     if opts.get("cfg"):  # the only config, whatever the search breadth (else the family's own)
         cfg = dense_config.DenseGemmConfig.from_key(opts["cfg"])
@@ -65,13 +65,13 @@ def main(opts):
     workers.Pool.submit = counted_submit
 
     kernel_rows = []
-    run_emulated = emulated.run_emulated
+    run_emulated = FAMILY.run_emulated
 
-    def recorded(cfg_, a, *args, **kwargs):
-        kernel_rows.append(int(a.shape[0]))
-        return run_emulated(cfg_, a, *args, **kwargs)
+    def recorded(cfg_, problem, call):
+        kernel_rows.append(int(call.a.shape[0]))
+        return run_emulated(cfg_, problem, call)
 
-    emulated.run_emulated = recorded
+    FAMILY.run_emulated = recorded  # the family's emulator executor: every emulated run passes here
 
     codes = []  # every module Inductor generates (run_and_get_code would reset Dynamo per call)
     GraphLowering.save_output_code = staticmethod(codes.append)

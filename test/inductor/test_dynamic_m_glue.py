@@ -21,7 +21,7 @@ import torch
 
 from test_injection import cache  # noqa: F401 (fixture)
 from torch_flydsl.templates.base import INT32_MAX, Decline, TensorMeta
-from torch_flydsl.templates.dense_gemm import family
+from torch_flydsl.templates.dense_gemm.family import FAMILY as family
 from torch_flydsl.templates.dense_gemm.eligibility import check_problem_for_every_m
 from torch_flydsl.templates.dense_gemm.problem import DynamicM
 

@@ -138,10 +138,10 @@ def rel_err(out, x, w, b) -> float:
 
 def emulated_runs(env) -> list:
     """The config keys of the dense kernels the emulator runs from now on (in this test)."""
-    from torch_flydsl.templates.dense_gemm import emulated
+    from torch_flydsl.templates.dense_gemm.family import FAMILY
 
-    runs, real = [], emulated.run_emulated
-    env.setattr(emulated, "run_emulated", lambda cfg, *a, **kw: runs.append(cfg.key()) or real(cfg, *a, **kw))
+    runs, real = [], FAMILY.run_emulated
+    env.setattr(FAMILY, "run_emulated", lambda cfg, *a, **kw: runs.append(cfg.key()) or real(cfg, *a, **kw))
     return runs
 
 
@@ -346,6 +346,6 @@ def test_reference_standin_plumbing_record_shapes_notes_every_linear_call_hit_or
     reroute_on(env, tmp_path, "reference-standin", (M, False))
     seam.op(*operands(lead=(2, M // 2)))  # a hit: [2, M/2, K] -> M rows
     assert_vllm_served(seam, *operands(m=M + 3, bias=True))  # a miss
-    assert record._process.shapes == {Shape("mm", "bfloat16", "nt", False, M, N, K): 1,
-                                      Shape("mm", "bfloat16", "nt", True, M + 3, N, K): 1}
+    assert record._process.shapes == {Shape.of("mm", dtype="bfloat16", layout="nt", bias=False, m=M, n=N, k=K): 1,
+                                      Shape.of("mm", dtype="bfloat16", layout="nt", bias=True, m=M + 3, n=N, k=K): 1}
     record._process.shapes.clear()  # nothing for the at-exit save of this test process

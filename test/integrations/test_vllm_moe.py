@@ -207,11 +207,11 @@ def test_knob_on_vllms_method_is_built_as_ours_with_flydsl_experts(seam, env, tm
 
 @pytest.mark.emulator
 def test_emulator_moe_call_of_table_shapes_is_computed_by_two_flydsl_grouped_kernels(seam, env, tmp_path):
-    from torch_flydsl.templates.grouped_gemm import emulated
+    from torch_flydsl.templates.grouped_gemm.family import FAMILY
 
     reroute_on(env, tmp_path, "emulator")
-    runs, real = [], emulated.run_emulated
-    env.setattr(emulated, "run_emulated", lambda cfg, *a, **kw: runs.append(cfg.key()) or real(cfg, *a, **kw))
+    runs, real = [], FAMILY.run_emulated
+    env.setattr(FAMILY, "run_emulated", lambda cfg, *a, **kw: runs.append(cfg.key()) or real(cfg, *a, **kw))
     experts = experts_of(seam, vllm_moe.state.experts_class)
     x, w1, w2, weights, ids = problem()
     out = apply(experts, x, w1, w2, weights, ids)
@@ -269,6 +269,6 @@ def test_reference_standin_plumbing_record_shapes_notes_both_grouped_gemms_befor
     x, w1, w2, weights, ids = problem()
     apply(experts, x, w1, w2, weights, ids)
     assert env.vllm_calls == [tuple(x.shape)]  # no table: vLLM's kernel serves it
-    assert record._process.shapes == {Shape("grouped_mm", "bfloat16", "nt", False, ROWS, 2 * I, H, "", E, "col"): 1,
-                                      Shape("grouped_mm", "bfloat16", "nt", False, ROWS, H, I, "", E, "col"): 1}
+    assert record._process.shapes == {Shape.of("grouped_mm", dtype="bfloat16", groups=E, b_major="col", m=ROWS, n=2 * I, k=H): 1,
+                                      Shape.of("grouped_mm", dtype="bfloat16", groups=E, b_major="col", m=ROWS, n=H, k=I): 1}
     record._process.shapes.clear()  # nothing for the at-exit save of this test process

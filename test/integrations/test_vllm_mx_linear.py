@@ -210,11 +210,11 @@ def test_off_rocm_the_flydsl_kernel_is_skipped_with_vllms_reason(seam, env, tmp_
 
 @pytest.mark.emulator
 def test_emulator_mxfp8_layer_of_a_table_shape_is_computed_by_the_flydsl_kernel(seam, env, tmp_path):
-    from torch_flydsl.templates.scaled_gemm import emulated
+    from torch_flydsl.templates.scaled_gemm.family import FAMILY
 
     reroute_on(env, tmp_path, "emulator", (M, False))
-    runs, real = [], emulated.run_emulated
-    env.setattr(emulated, "run_emulated", lambda cfg, *a, **kw: runs.append(cfg.key()) or real(cfg, *a, **kw))
+    runs, real = [], FAMILY.run_emulated
+    env.setattr(FAMILY, "run_emulated", lambda cfg, *a, **kw: runs.append(cfg.key()) or real(cfg, *a, **kw))
     layer = mx_layer()
     kernel = loaded_kernel(layer)
     x, _ = activations(lead=(2, M // 2))  # [2, 16, K]: M is x.numel() // K
@@ -305,8 +305,8 @@ def test_reference_standin_plumbing_record_shapes_notes_mxfp8_calls_hit_or_miss(
     kernel = loaded_kernel(layer)
     kernel.apply_weights(layer, activations()[0], None)
     kernel.apply_weights(layer, *activations(m=M + 3, bias=True))
-    assert record._process.shapes == {Shape("scaled_mm", "mxfp8", "nt", False, M, N, K, "bfloat16"): 1,
-                                      Shape("scaled_mm", "mxfp8", "nt", True, M + 3, N, K, "bfloat16"): 1}
+    assert record._process.shapes == {Shape.of("scaled_mm", dtype="mxfp8", out_dtype="bfloat16", bias=False, m=M, n=N, k=K): 1,
+                                      Shape.of("scaled_mm", dtype="mxfp8", out_dtype="bfloat16", bias=True, m=M + 3, n=N, k=K): 1}
     assert env.vllm_calls == [((M + 3, K), (N, K))] if table != "no table yet" else len(env.vllm_calls) == 2
     record._process.shapes.clear()  # nothing for the at-exit save of this test process
 

@@ -212,7 +212,7 @@ def test_one_autotuning_rounds_candidates_are_all_sent_to_the_workers_at_once(mo
     from torch_flydsl.inductor.choices import prefetch_compiles
     from torch_flydsl.inductor.offer import Offer
     from torch_flydsl.registry import family_for
-    from torch_flydsl.templates.dense_gemm.family import explain_problem
+    from torch_flydsl.templates.dense_gemm.family import FAMILY
 
     monkeypatch.setenv("TORCH_FLYDSL_EXECUTOR", "emulator")
     submitted = []
@@ -225,8 +225,8 @@ def test_one_autotuning_rounds_candidates_are_all_sent_to_the_workers_at_once(mo
     monkeypatch.setattr(workers, "shared", lambda: RecordingPool())
     isolated.forget()
     family = family_for("mm")
-    problem = explain_problem("mm", 256, 512, 512, torch.bfloat16)
-    fitting, _ = family.impl().configs_for(problem, "curated")
+    problem = FAMILY.explain_problem("mm", 256, 512, 512, torch.bfloat16)
+    fitting, _ = family.configs_for(problem, "curated")
     assert len(fitting) > 2
     prefetch_compiles(Offer("mm", family, list(fitting), problem=problem), {})
     assert submitted == [c.key() for c in fitting]

@@ -5,7 +5,7 @@ import torch
 
 from torch_flydsl.templates.base import Decline, TensorMeta
 from torch_flydsl.templates.grouped_gemm import CURATED, GroupedGemmConfig, GroupedGemmProblem, check_problem, configs_for
-from torch_flydsl.templates.grouped_gemm import family
+from torch_flydsl.templates.grouped_gemm.family import FAMILY as family
 from torch_flydsl.templates.grouped_gemm.launcher import grid_block
 
 BF16, I32 = torch.bfloat16, torch.int32

@@ -65,6 +65,6 @@ def test_explain_cli_names_the_config_and_the_decline():
                                     capture_output=True, text=True, timeout=300, env=env)
     r = run("8", "4097")
     assert r.returncode == 0, r.stderr
-    assert "rms_norm ROWS=8 N=4097 dtype=bf16 with weight" in r.stdout and "rms_w4_r1_s4" in r.stdout
+    assert "rms_norm ROWS=8 N=4097 dtype=bfloat16 with weight" in r.stdout and "rms_w4_r1_s4" in r.stdout
     j = json.loads(run("4", "200000", "--dtype", "fp16", "--json").stdout)
     assert j["served_by"] == "pytorch" and j["declined"][0]["category"] == "size"

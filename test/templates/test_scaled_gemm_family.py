@@ -6,7 +6,7 @@ import torch
 
 from torch_flydsl.registry import family_for, override_for
 from torch_flydsl.templates.base import Decline
-from torch_flydsl.templates.scaled_gemm import family
+from torch_flydsl.templates.scaled_gemm.family import FAMILY as family
 from torch_flydsl.templates.scaled_gemm.eligibility import contiguous_metas
 from torch_flydsl.templates.scaled_gemm.problem import ScaledGemmProblem
 
@@ -24,8 +24,8 @@ def v2_scalars(**over):
 def test_both_entry_points_resolve_to_this_family():
     assert family_for("scaled_mm").name == family_for("scaled_mm_v2").name == "scaled_gemm"
     assert override_for("scaled_mm_v2").target == "_scaled_mm_v2"
-    assert [op.name for op in family.FAMILY.custom_ops] == ["scaled_mm_out", "aten_scaled_mm_out"]
-    assert family.FAMILY.aten_ops == ("scaled_mm",)  # the baseline op serves no aten op itself
+    assert [op.name for op in family.custom_ops] == ["scaled_mm_out", "aten_scaled_mm_out"]
+    assert family.aten_ops == ("scaled_mm",)  # the baseline op serves no aten op itself
 
 
 def test_v1_node_scalars_carry_scale_result_and_out_dtype():

@@ -26,7 +26,13 @@ import sys
 import time
 from pathlib import Path
 
-OPS = ("mm", "scaled_mm", "grouped_mm", "rms_norm", "topk")
+
+
+def bench_ops() -> list:
+    """Every user op (``torch_flydsl.registry``) whose family names a bench suite."""
+    from ..registry import user_ops
+
+    return [u.name for _, u in user_ops() if u.bench]
 
 SHAPES_HELP = """\
 --shapes FILE: the shapes of one op, as JSON (a list of objects, or of value lists in field
@@ -52,7 +58,7 @@ def add_parser(sub) -> None:
         "bench", help="time FlyDSL vs ATen vs Triton (vs in-tree FlyDSL) per op on an MI350; elsewhere: the plan",
         description=__doc__.split("\n\n")[0].replace("``", "") + " Without a ROCm gfx950 GPU: the plan, exit 0.",
         epilog=SHAPES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("op", choices=[*OPS, "all"], help="the op whose suite runs (all: every one, and summary.md)")
+    b.add_argument("op", choices=[*bench_ops(), "all"], help="the op whose suite runs (all: every one, and summary.md)")
     b.add_argument("--shapes", default="seed", metavar="seed|FILE",
                    help="seed: the suite's built-in shapes (default); FILE: a JSON or CSV file of shapes for the op")
     b.add_argument("--out", default=None, metavar="DIR", help="output directory (default ./torch_flydsl_bench/<timestamp>)")
@@ -78,19 +84,16 @@ class BenchError(Exception):
 
 def load_suite(op: str):
     """``(suite, None)``, or ``(None, why it is skipped)`` when its family is not registered or
-    does not import."""
-    from ..registry import FAMILY_MODULES
+    its suite does not import."""
+    from ..registry import user_op
 
+    found = user_op(op)
+    if found is None or not found[1].bench:
+        return None, "no registered kernel family names a bench suite for it"
     try:
-        suite = importlib.import_module(f"{__package__}.{op}").BENCH
+        suite = importlib.import_module(found[1].bench).BENCH
     except Exception as e:  # a suite (or the family code it imports) missing from this install
         return None, f"its suite does not import ({type(e).__name__}: {e})"
-    if suite.family_module not in FAMILY_MODULES:
-        return None, f"its family {suite.family_module} is not in torch_flydsl.registry.FAMILY_MODULES"
-    try:
-        importlib.import_module(suite.family_module)
-    except Exception as e:
-        return None, f"its family {suite.family_module} does not import ({type(e).__name__}: {e})"
     return suite, None
 
 
@@ -104,9 +107,8 @@ def shapes_for(suite, spec: str) -> list:
 
 
 def _recorded_shapes(suite, path: Path):
-    """The mm suite's shapes (bf16 ``x @ W.T``: M, N, K) or the scaled_mm suite's (MX
-    ``scaled_mm``: format, M, N, K) of a precompile shapes spec, e.g. what
-    ``TORCH_FLYDSL_RECORD_SHAPES`` recorded in a vLLM run; None when ``path`` is not one."""
+    """The suite's shape records for a precompile shapes spec (``Suite.from_spec``), None when
+    ``path`` is not one."""
     import json
 
     from ..deploy.spec import SHAPES_FORMAT, SpecError, load
@@ -117,22 +119,16 @@ def _recorded_shapes(suite, path: Path):
         return None
     if not isinstance(doc, dict) or doc.get("format") != SHAPES_FORMAT:
         return None
-    if suite.op not in ("mm", "scaled_mm"):
-        raise BenchError(f"{path} is a precompile shapes spec; bench reads those for mm and scaled_mm only")
+    if suite.from_spec is None:
+        raise BenchError(f"{path} is a precompile shapes spec; bench {suite.op} does not read those")
     try:
         shapes = [w.shape for w in load(path).work]
     except SpecError as e:
         raise BenchError(str(e)) from None
-    if suite.op == "mm":
-        keys = list(dict.fromkeys((s.m, s.n, s.k) for s in shapes
-                                  if s.op == "mm" and s.dtype == "bfloat16" and s.layout == "nt"))
-        if not keys:
-            raise BenchError(f"{path} holds no bf16 x @ W.T (mm, layout nt) shape, which is what bench mm times")
-        return [{"M": m, "N": n, "K": k} for m, n, k in keys]
-    keys = list(dict.fromkeys((s.dtype, s.m, s.n, s.k) for s in shapes if s.op.startswith("scaled_mm")))
-    if not keys:
-        raise BenchError(f"{path} holds no MX scaled_mm shape, which is what bench scaled_mm times")
-    return [{"format": f, "M": m, "N": n, "K": k} for f, m, n, k in keys]
+    records = suite.from_spec(shapes)
+    if isinstance(records, str):
+        raise BenchError(f"{path} {records}")
+    return records
 
 
 def options_for(suite, args, intree: bool):
@@ -182,7 +178,8 @@ def plan_text(suite, records: list, opts, out_dir: Path, source: str) -> str:
     names = [b.label for b in suite.baselines(opts.intree)]
     if opts.no_triton:
         names.remove("Triton (Inductor)")
-    rows, sets = [], {}
+    rows: list[tuple] = []
+    sets: dict[tuple, list[int]] = {}
     for i, rec in enumerate(records, 1):
         got = suite.plan(rec, opts)
         if isinstance(got, str):
@@ -265,16 +262,15 @@ def _environment() -> list[str]:
             f"{time.strftime('%Y-%m-%d %H:%M:%S')}"]
 
 
-TABLE_SUITES = {"mm": "torch_flydsl.bench.mm", "scaled_mm": "torch_flydsl.bench.scaled_mm"}
-
-
-def write_table(rows: list, path: Path, op: str = "mm") -> str:
-    """Merge a GEMM suite's winning shapes (``TABLE_SUITES``) into the dispatch table at ``path``."""
-    import importlib
-
+def write_table(rows: list, path: Path, op: str) -> str:
+    """Merge the winning shapes of ``op``'s suite (``Suite.dispatch_entries``) into the dispatch
+    table at ``path``."""
     from .. import dispatch_table as dt
 
-    entries = importlib.import_module(TABLE_SUITES[op]).dispatch_entries(rows)
+    suite, why = load_suite(op)
+    if suite is None or suite.dispatch_entries is None:
+        raise BenchError(f"bench {op} writes no dispatch-table entries ({why or 'its suite names none'})")
+    entries = suite.dispatch_entries(rows)
     old = dt.load(path) if path.is_file() else dt.DispatchTable()
     old.merged(entries).save(path)
     won = len({(e.dtype, e.m, e.n, e.k) for e in entries})
@@ -294,7 +290,7 @@ def _run(args) -> int:
     from .suite import intree_present
     from .timing import device_gate
 
-    ops = list(OPS) if args.op == "all" else [args.op]
+    ops = bench_ops() if args.op == "all" else [args.op]
     if args.shapes != "seed" and len(ops) > 1:
         raise BenchError("--shapes FILE holds the shapes of one op: name the op, not all")
     out_dir = Path(args.out) if args.out else Path("torch_flydsl_bench") / time.strftime("%Y%m%d-%H%M%S")
@@ -344,7 +340,7 @@ def _run(args) -> int:
 
         for b in suite.baselines(intree):
             print(f"{suite.op}: {compare(rows, b).line()}")
-        if args.table and suite.op in TABLE_SUITES:
+        if args.table and suite.dispatch_entries is not None:
             print(f"{suite.op}: {write_table(rows, Path(args.table), suite.op)}")
         print(f"{suite.op}: wrote " + ", ".join(str(p) for p in written))
     if len(ops) > 1 and results:

@@ -188,7 +188,7 @@ def offsets(sizes: list[int], device="cpu") -> torch.Tensor:
 
 
 def _family():
-    return family_for("grouped_mm").impl()
+    return family_for("grouped_mm")
 
 
 def problem_for(case: Case, b_major: str = "col", dtype: torch.dtype = torch.bfloat16):
@@ -564,7 +564,6 @@ def _label(r: dict) -> str:
 
 BENCH = Suite(
     op="grouped_mm",
-    family_module="torch_flydsl.templates.grouped_gemm.family",
     intree_op="grouped_mm",
     title="torch._grouped_mm: MoE forward (A[T,K] x B[G,K,N], int32 offs, bf16)",
     fields=FIELDS,

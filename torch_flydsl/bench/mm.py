@@ -93,7 +93,7 @@ ERROR_LIMIT = 2.0**-7  # max |out - ref| / max |ref| for a result to count
 
 
 def _family():
-    return family_for("mm").impl()
+    return family_for("mm")
 
 
 def problem_for(m: int, n: int, k: int):
@@ -440,9 +440,17 @@ def _record_plan(rec: dict, args):
     return plan_keys(problem_for(rec["M"], rec["N"], rec["K"]), lambda p: candidates(p, args.breadth))
 
 
+def _from_spec(shapes: list):
+    """The bf16 ``x @ W.T`` shapes (mm, layout nt; bias or not) of a precompile shapes spec."""
+    keys = list(dict.fromkeys((s.m, s.n, s.k) for s in shapes
+                              if s.op == BENCH.op and s.dtype == "bfloat16" and s.layout == LAYOUT))
+    if not keys:
+        return "holds no bf16 x @ W.T (mm, layout nt) shape, which is what bench mm times"
+    return [{"M": m, "N": n, "K": k} for m, n, k in keys]
+
+
 BENCH = Suite(
     op="mm",
-    family_module="torch_flydsl.templates.dense_gemm.family",
     intree_op="mm",
     title="torch.mm: bf16 NT GEMM (x[M,K] @ W[N,K].T, bf16 out)",
     fields=(Field("M"), Field("N"), Field("K")),
@@ -454,6 +462,8 @@ BENCH = Suite(
     aten=Baseline("aten", "ATen", "aten_ms"),
     columns=tuple(COLUMNS),
     config_columns=tuple(CONFIG_COLUMNS),
+    from_spec=_from_spec,
+    dispatch_entries=lambda rows: dispatch_entries(rows),
 )
 
 

@@ -48,9 +48,9 @@ EPS = 1e-6
 def _config(dtype: str, rows: int, n: int):
     """The config the eager override would pick, or the family's Decline."""
     from ..templates.rmsnorm import baseline_for
-    from ..templates.rmsnorm.family import explain_problem
+    from ..templates.rmsnorm.family import FAMILY
 
-    p = explain_problem(rows, n, dtype, True)
+    p = FAMILY.explain_problem(rows, n, dtype, True)
     return p if isinstance(p, Decline) else baseline_for(p)
 
 
@@ -162,7 +162,6 @@ def _record_plan(rec: dict, args):
 
 BENCH = Suite(
     op="rms_norm",
-    family_module="torch_flydsl.templates.rmsnorm.family",
     intree_op="rms_norm",
     title="F.rms_norm (eager, last dim, with weight, eps=1e-6)",
     fields=(Field("dtype", str, "bf16", tuple(DTYPES)), Field("rows"), Field("n")),

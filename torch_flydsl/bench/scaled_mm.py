@@ -76,7 +76,7 @@ SCALE_CODES = (120, 135)  # E8M0 codes drawn: 2^-7 .. 2^7
 
 
 def _family():
-    return family_for("scaled_mm").impl()
+    return family_for("scaled_mm")
 
 
 def problem_for(fmt: str, m: int, n: int, k: int):
@@ -352,9 +352,17 @@ def _record_plan(rec: dict, args):
 
 CONFIG_COLUMNS = ["format", "M", "N", "K", "config", "ms", "err", "error"]
 
+
+def _from_spec(shapes: list):
+    """The MX ``scaled_mm`` shapes of a precompile shapes spec (format, M, N, K)."""
+    keys = list(dict.fromkeys((s.dtype, s.m, s.n, s.k) for s in shapes if s.op == BENCH.op))
+    if not keys:
+        return "holds no MX scaled_mm shape, which is what bench scaled_mm times"
+    return [{"format": f, "M": m, "N": n, "K": k} for f, m, n, k in keys]
+
+
 BENCH = Suite(
     op="scaled_mm",
-    family_module="torch_flydsl.templates.scaled_gemm.family",
     intree_op="scaled_mm_v2",
     title="torch._scaled_mm: MX NT GEMM (x[M,K] @ W[N,K].T, unswizzled E8M0 scales, bf16 out)",
     fields=(Field("format", str, "mxfp8", tuple(DTYPES)), Field("M"), Field("N"), Field("K")),
@@ -366,6 +374,8 @@ BENCH = Suite(
     aten=Baseline("aten", "ATen", "aten_ms"),
     columns=tuple(COLUMNS),
     config_columns=tuple(CONFIG_COLUMNS),
+    from_spec=_from_spec,
+    dispatch_entries=lambda rows: dispatch_entries(rows),
 )
 
 
@@ -374,7 +384,7 @@ def dispatch_entries(rows: list, tie_band: Optional[float] = None) -> list:
     where FlyDSL's best config beat every other timed column (ATen, Triton, in-tree) by more than
     the tie band: what the vLLM MXFP8 re-route should serve. Written for the bias-free and the
     bias call alike, as the mm suite does."""
-    from ..dispatch_table import MX_DTYPES, Entry
+    from ..dispatch_table import Entry
     from .report import TIE_BAND
 
     band = TIE_BAND if tie_band is None else tie_band
@@ -384,7 +394,7 @@ def dispatch_entries(rows: list, tie_band: Optional[float] = None) -> list:
         theirs = [r[c] for c in ("aten_ms", "triton_ms", "intree_ms") if r.get(c)]
         if not r.get("flydsl_config") or not ours or not theirs or min(theirs) / ours <= 1 + band:
             continue
-        if r["format"] not in MX_DTYPES:
+        if r["format"] not in DTYPES:
             continue
         for bias in (False, True):
             out.append(Entry("scaled_mm", r["format"], "nt", bias, int(r["M"]), int(r["N"]), int(r["K"]),

@@ -16,7 +16,6 @@ INTREE = Baseline("intree", "in-tree FlyDSL", "intree_ms")
 @dataclass(frozen=True)
 class Suite:
     op: str  # the CLI's name for it
-    family_module: str  # the registry module (``FAMILY_MODULES``) it needs
     intree_op: str  # its name in ``runtime.intree.INTREE_OPS``
     title: str
     fields: tuple  # ``shapes.Field``s: what a shape record holds
@@ -28,6 +27,12 @@ class Suite:
     aten: Baseline
     columns: tuple  # the CSV's leading columns
     config_columns: tuple = ()  # the per-config CSV's columns (empty: the suite times one config per shape)
+    # The shape records a precompile shapes spec's shapes (``deploy.spec.Shape``) give this
+    # suite (e.g. what ``TORCH_FLYDSL_RECORD_SHAPES`` recorded in a vLLM run); None: it reads
+    # none. ``BenchError``-worthy cases return a sentence instead (no such shape in the file).
+    from_spec: "Callable[[list], Union[list, str]] | None" = None
+    # Dispatch-table entries for the shapes FlyDSL won (``bench --table``); None: it writes none.
+    dispatch_entries: "Callable[[list], list] | None" = None
 
     def baselines(self, intree: bool) -> list[Baseline]:
         return [self.aten, TRITON, *([INTREE] if intree else [])]

@@ -49,9 +49,9 @@ def suite():
 def config_for(name: str, rows: int, n: int, k: int, largest: bool):
     """The config the eager override would pick (sorted output), or the family's Decline."""
     from ..templates.topk.config import baseline_for
-    from ..templates.topk.family import explain_problem
+    from ..templates.topk.family import FAMILY
 
-    p = explain_problem(rows, n, k, DTYPES[name], largest, True)
+    p = FAMILY.explain_problem(rows, n, k, DTYPES[name], largest, True)
     return p if isinstance(p, Decline) else baseline_for(p)
 
 
@@ -208,7 +208,6 @@ def _record_plan(rec: dict, args):
 
 BENCH = Suite(
     op="topk",
-    family_module="torch_flydsl.templates.topk.family",
     intree_op="topk",
     title="torch.topk (eager, last dim of a contiguous [rows, N] tensor, sorted)",
     fields=(Field("dtype", str, "fp32", tuple(DTYPES)), Field("rows"), Field("N"), Field("k")),

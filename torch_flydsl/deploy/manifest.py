@@ -95,7 +95,8 @@ def _kernel(path: Path, uid, raw) -> KernelEntry:
         raise ManifestError(f"{where} must be an object, got {type(raw).__name__}")
     file, size, sha = raw.get("file"), raw.get("size"), raw.get("sha256")
     parts = PurePosixPath(file).parts if isinstance(file, str) else ()
-    if len(parts) < 2 or parts[0] != BINARIES or ".." in parts or PurePosixPath(file).is_absolute():
+    if not isinstance(file, str) or len(parts) < 2 or parts[0] != BINARIES or ".." in parts \
+            or PurePosixPath(file).is_absolute():
         raise ManifestError(f"{where}: \"file\" must be a path under {BINARIES}/, got {file!r}")
     if not (isinstance(size, int) and not isinstance(size, bool) and size > 0):
         raise ManifestError(f"{where}: \"size\" must be a positive integer, got {size!r}")

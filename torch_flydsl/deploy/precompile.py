@@ -44,7 +44,7 @@ class Unit:
     family: str  # the op the family is found by
     cfg: object
     problem: object
-    has_bias: bool
+    has_bias: Optional[bool]  # None: the problem says
     shapes: list = field(default_factory=list)
     status: str = "pending"  # compiled | cached | failed
     seconds: float = 0.0
@@ -53,18 +53,19 @@ class Unit:
 
 def plan_units(spec: Spec) -> tuple[dict, list]:
     """``({unit id: Unit}, [(shape label, config or None, reason)])`` for the spec's work."""
-    from ..registry import family_for
+    from ..registry import require_family
 
     units: dict = {}
     declined = []
     for w in spec.work:
         op = w.shape.aten_op
-        impl = family_for(op).impl()
+        family = require_family(op)
         for cfg, d in w.declined:
             declined.append((w.shape.label(), cfg, str(d)))
         for cfg in w.configs:
-            uid = impl.variant_id(cfg, w.problem, w.shape.bias)
-            unit = units.setdefault(uid, Unit(uid, op, cfg, w.problem, w.shape.bias))
+            has_bias = w.shape.get("bias")
+            uid = family.compiled_unit(cfg, w.problem, has_bias).id
+            unit = units.setdefault(uid, Unit(uid, op, cfg, w.problem, has_bias))
             unit.shapes.append(w.shape.label())
     return units, declined
 
@@ -93,10 +94,10 @@ def _no_binary_reason(flydsl_dir: str, said: list) -> str:
 def _build(job: tuple) -> dict:
     """Compile one kernel into FlyDSL's disk cache (runs in a compile worker process)."""
     op, cfg_key, problem, has_bias, flydsl_dir, rocm_root = job
-    from ..registry import family_for
+    from ..registry import require_family
 
-    impl = family_for(op).impl()
-    cfg = type(impl.curated()[0]).from_key(cfg_key)
+    family = require_family(op)
+    cfg = family.config_from_key(cfg_key)
     t0 = time.perf_counter()
     said = _Warnings()
     flydsl_log = logging.getLogger("flydsl")
@@ -105,8 +106,8 @@ def _build(job: tuple) -> dict:
         from ..runtime import isolated
         from ..runtime.recipe import recipe_of
 
-        jit_fn, args = impl.placeholder_call(cfg, problem, has_bias)
-        built = isolated.fill_disk_cache(recipe_of(jit_fn), args, flydsl_dir, "gfx950", rocm_root)
+        jit_fn, args = family.placeholder_call(cfg, problem, has_bias)
+        built = isolated.fill_disk_cache(recipe_of(jit_fn), tuple(args), flydsl_dir, "gfx950", rocm_root)
         path, key = (Path(built["file"]) if built["file"] else None), built["toolchain"]
     except Exception as e:  # FlyDSL raises many types; the summary shows it
         why = f"{type(e).__name__}: {e}"

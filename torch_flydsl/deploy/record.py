@@ -3,13 +3,14 @@
 Two ways:
 
 - ``with torch_flydsl.deploy.record.record_shapes("shapes.json"): model(x)`` records every
-  eager ``mm``/``addmm`` (``nn.Linear`` included) the dense family could serve;
+  eager call of an op whose family records shapes (``KernelFamily.recorded_shape``: the dense
+  family's ``mm``/``addmm``, ``nn.Linear`` included) that the family could serve;
 - ``TORCH_FLYDSL_RECORD_SHAPES=FILE`` records, in every process, each GEMM shape that reaches
   the plugin: Inductor nodes it is offered (``torch.compile`` with max-autotune) and calls of the
   vLLM re-routes (unquantized linear layers as ``mm``, MXFP8 linear layers as ``scaled_mm``).
   Each process merges its shapes into ``FILE`` at exit, under a file lock, atomically.
 
-Shapes in a dtype or layout the dense family cannot take are left out (counted in
+Shapes in a dtype or layout the family cannot take are left out (counted in
 ``Recorder.skipped``).
 """
 
@@ -26,29 +27,23 @@ from ..dispatch_table import _ENV_DATA
 from .spec import Shape, SpecError
 
 ENV = "TORCH_FLYDSL_RECORD_SHAPES"
-_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16"}
+def shape_of_call(aten_op: str, inputs: list) -> Optional[Shape]:
+    """The ``Shape`` a call of ``aten_op`` with ``inputs`` (tensors or TensorMetas, in the aten
+    op's order) poses, as its family records it; None when no family records such calls or the
+    family could not take this one (dtype, layout)."""
+    from ..registry import family_for
+
+    family = family_for(aten_op)
+    found = None if family is None else family.recorded_shape(aten_op, inputs)
+    return None if found is None else Shape.of(found[0], **found[1])
 
 
-def shape_of(a, b, bias=None) -> Optional[Shape]:
-    """The ``Shape`` of ``a @ b (+ bias)`` for tensors or TensorMetas, or None when the dense
-    family could not take it (dtype, a layout that is neither row- nor column-major)."""
-    from ..templates.base import TensorMeta
-    from ..templates.dense_gemm.problem import major_of
+def recordable() -> frozenset:
+    """The aten ops some family records (``KernelFamily.recorded_shape``)."""
+    from ..registry import families
+    from ..templates.family import overridden
 
-    metas = [x if isinstance(x, TensorMeta) else TensorMeta.of(x) for x in (a, b)]
-    dtype = _DTYPES.get(str(metas[0].dtype))
-    if dtype is None or metas[1].dtype != metas[0].dtype or len(metas[0].shape) != 2 or len(metas[1].shape) != 2:
-        return None
-    majors = [major_of(m) for m in metas]
-    if None in majors:
-        return None
-    layout = "".join("n" if x == "row" else "t" for x in majors)
-    (m, k), n = metas[0].shape, metas[1].shape[1]
-    if bias is not None:
-        bm = bias if isinstance(bias, TensorMeta) else TensorMeta.of(bias)
-        if not (len(bm.shape) == 1 or bm.stride[0] == 0):
-            return None  # a full [M, N] addend is not a bias row
-    return Shape("mm", dtype, layout, bias is not None, int(m), int(n), int(k))
+    return frozenset(op for f in families() if overridden(f, "recorded_shape") for op in f.aten_ops)
 
 
 class Recorder:
@@ -93,13 +88,14 @@ def record_shapes(path=None, breadth: str = "curated"):
     rec = Recorder()
     aten = torch.ops.aten
 
+    ops = recordable()
+
     class _Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if func is aten.mm.default:
-                rec.note(shape_of(args[0], args[1]))
-            elif func is aten.addmm.default:
-                rec.note(shape_of(args[1], args[2], args[0]))
+            name = func.overloadpacket.__name__
+            if name in ops and func is getattr(func.overloadpacket, "default", None):
+                rec.note(shape_of_call(name, list(args)))
             return func(*args, **kwargs)
 
     with _Mode():
@@ -121,18 +117,14 @@ def recording() -> bool:
     return bool(_ENV_DATA.get(_KEY) if _ENV_DATA is not None else os.environ.get(ENV))
 
 
-def note_from_env(a, b, bias=None) -> None:
-    """Record one dense GEMM shape when ``TORCH_FLYDSL_RECORD_SHAPES`` is set (cheap no-op otherwise)."""
+def note_from_env(aten_op: str, inputs: list) -> None:
+    """Record the shape of one call of ``aten_op`` when ``TORCH_FLYDSL_RECORD_SHAPES`` is set
+    (cheap no-op otherwise)."""
     if os.environ.get(ENV):
         try:
-            note_shape(shape_of(a, b, bias))
+            note_shape(shape_of_call(aten_op, inputs))
         except Exception:
             pass  # recording must never disturb the run
-
-
-def scaled_shape(fmt: str, out_dtype, bias: bool, m: int, n: int, k: int) -> Shape:
-    """The ``Shape`` of an MX linear layer's GEMM: ``fmt`` an MX format name (``mxfp8``, ...)."""
-    return Shape("scaled_mm", fmt, "nt", bias, int(m), int(n), int(k), _DTYPES.get(str(out_dtype), "bfloat16"))
 
 
 def note_shape(shape: Optional[Shape]) -> None:

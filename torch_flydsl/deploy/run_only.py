@@ -59,14 +59,14 @@ def _warn(reason: str) -> str:
     return reason
 
 
-def gate(impl, problem, fitting: list, declined: list, has_bias: Optional[bool] = None) -> tuple[list, list]:
+def gate(family, problem, fitting: list, declined: list, has_bias: Optional[bool] = None) -> tuple[list, list]:
     """``(fitting, declined)`` with every config whose kernel is not precompiled (or whose binary
     is damaged or untrusted) moved to ``declined`` when run-only mode is on (unchanged otherwise)."""
     if not config.run_only() or not fitting:
         return fitting, declined
     from . import manifest as mf
 
-    variant = getattr(impl, "variant_id", None)
+    precompiled = family.precompiles()
     try:
         man = mf.current(cache_dir())
         whole = whole_cache_decline(man)
@@ -79,11 +79,11 @@ def gate(impl, problem, fitting: list, declined: list, has_bias: Optional[bool] 
         if whole:
             out.append((cfg, Decline("run-only", f"{cfg.key()}: {whole}")))
             continue
-        if variant is None:
+        if not precompiled:
             out.append((cfg, Decline("run-only", f"{cfg.key()}: TORCH_FLYDSL_RUN_ONLY=1 and this family has no "
                                                  "precompile support yet, so its kernels would compile at run time")))
             continue
-        unit = variant(cfg, problem, has_bias)
+        unit = family.compiled_unit(cfg, problem, has_bias).id
         why = man.why_not_held(unit)
         if why is None:
             kept.append(cfg)

@@ -2,7 +2,8 @@
 configs to build for it).
 
 A spec is either a dispatch table (``torch_flydsl.dispatch_table``: each entry's one config), or
-a shapes file (what ``record`` writes; ``Shape`` lists each op's fields)::
+a shapes file (what ``record`` writes; each op's fields are its family's vocabulary,
+``python -m torch_flydsl explain OP --help`` lists them)::
 
     {"format": "torch-flydsl-shapes", "version": 1, "breadth": "curated",
      "shapes": [{"op": "mm", "dtype": "bfloat16", "layout": "nt", "bias": false,
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Optional
 
 from .. import dispatch_table as dt
+from ..registry import require_user_op, user_op, user_ops
+from ..templates.vocabulary import SPEC, FieldError
 
 SHAPES_FORMAT = "torch-flydsl-shapes"
 SHAPES_VERSION = 1
@@ -34,41 +37,59 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class Shape:
-    """One GEMM of a spec. ``mm``: ``dtype`` bfloat16/float16, ``layout``, ``bias``.
-    ``scaled_mm``/``scaled_mm_v2`` (MX ``torch._scaled_mm`` / ``F.scaled_mm``, TN layout):
-    ``dtype`` mxfp8, mxfp8-e5m2, mxfp4 or w4a8, ``out_dtype``, ``bias``. ``grouped_mm`` (the MoE
-    forward, ``m`` tokens over ``groups`` experts): ``dtype``, ``groups``, ``b_major``."""
+    """One shape of a spec: a user op (``torch_flydsl.registry.user_ops``; its family's
+    vocabulary lists the fields, e.g. ``mm``: dtype, layout, bias, m, n, k) and its values,
+    checked and completed with defaults. Values read as attributes (``shape.m``)."""
 
     op: str
-    dtype: str
-    layout: str
-    bias: bool
-    m: int
-    n: int
-    k: int
-    out_dtype: str = ""
-    groups: int = 0
-    b_major: str = ""
+    values: tuple  # ((field name, value), ...) in the op's field order
+
+    @classmethod
+    def of(cls, op: str, **values) -> "Shape":
+        """The shape of user op ``op`` (or an alias of one) with ``values``; ``SpecError``
+        names a field the op does not take or a value it does not accept."""
+        found = user_op(op)
+        if found is None:
+            raise SpecError(f"op {op!r} is not one of {', '.join(_spec_ops())}")
+        user = found[1]
+        try:
+            got = user.read(values, SPEC, user.aliases.get(op))
+        except FieldError as e:
+            raise SpecError(str(e)) from None
+        return cls(user.name, tuple((f.name, got[f.name]) for f in user.all_fields(SPEC)))
+
+    def __getattr__(self, name: str):
+        for key, value in self.__dict__.get("values", ()):
+            if key == name:
+                return value
+        raise AttributeError(f"a {self.__dict__.get('op')} shape has no field {name!r}")
+
+    def get(self, name: str, default=None):
+        return dict(self.values).get(name, default)
+
+    @property
+    def family(self):
+        return require_user_op(self.op)[0]
 
     @property
     def aten_op(self) -> str:
-        return ("addmm" if self.bias else "mm") if self.op == "mm" else self.op
+        """The serving name of the entry point this shape reaches (``addmm`` for a biased mm)."""
+        return self.family.serving_for(self.op, dict(self.values))
 
     def label(self) -> str:
-        extra = f" out={self.out_dtype}" if self.out_dtype else ""
-        extra += f" G={self.groups} B={self.b_major}-major" if self.groups else ""
-        return f"{self.op}{'+bias' if self.bias else ''} {self.dtype} {self.layout}{extra} {self.m}x{self.n}x{self.k}"
+        user = require_user_op(self.op)[1]
+        sizes = {f.name for f in user.sizes}
+        rest = " ".join(str(v) if not isinstance(v, bool) else (k if v else "") for k, v in self.values
+                        if k not in sizes)
+        dims = "x".join(str(v) for k, v in self.values if k in sizes)
+        return " ".join(x for x in (self.op, *rest.split(), dims) if x)
 
     def to_json(self) -> dict:
-        d = {"op": self.op, "dtype": self.dtype, "layout": self.layout, "bias": self.bias,
-             "m": self.m, "n": self.n, "k": self.k}
-        if self.op.startswith("scaled_mm"):
-            d["out_dtype"] = self.out_dtype
-            del d["layout"]
-        if self.op == "grouped_mm":
-            d.update(groups=self.groups, b_major=self.b_major)
-            del d["layout"], d["bias"]
-        return d
+        return {"op": self.op, **dict(self.values)}
+
+
+def _spec_ops() -> list:
+    return [u.name for _, u in user_ops() if u.precompile]
 
 
 @dataclass
@@ -87,39 +108,20 @@ class Spec:
 
 
 def _problem(shape: Shape):
-    import torch
-
-    from ..registry import family_for
-
-    impl = family_for(shape.aten_op).impl()
-    if shape.op == "mm":
-        problem = impl.explain_problem(shape.aten_op, shape.m, shape.n, shape.k, getattr(torch, shape.dtype), shape.layout)
-    elif shape.op == "grouped_mm":
-        problem = impl.explain_problem("grouped_mm", shape.m, shape.n, shape.k, getattr(torch, shape.dtype),
-                                       groups=shape.groups, b_major=shape.b_major)
-    else:
-        problem = impl.explain_problem(shape.op, shape.m, shape.n, shape.k, dtype=shape.dtype,
-                                       out_dtype=getattr(torch, shape.out_dtype), bias=shape.bias)
-    return impl, problem
+    family = shape.family
+    return family, family.problem_for(shape.op, dict(shape.values))
 
 
 def _work_for_configs(shape: Shape, keys: list) -> Work:
     from ..templates.base import Decline
 
-    if shape.op == "mm":
-        from ..templates.dense_gemm.config import DenseGemmConfig as Config, config_fits
-    elif shape.op == "grouped_mm":
-        from ..templates.grouped_gemm.config import GroupedGemmConfig as Config, config_fits
-    else:
-        from ..templates.scaled_gemm.config import ScaledGemmConfig as Config, config_fits
-
-    impl, problem = _problem(shape)
+    family, problem = _problem(shape)
     if isinstance(problem, Decline):
         return Work(shape, problem, [], [(None, problem)])
     configs, declined = [], []
     for key in keys:
-        cfg = Config.from_key(key)
-        why = config_fits(cfg, problem)
+        cfg = family.config_from_key(key)
+        why = family.config_fits(cfg, problem)
         (declined.append((cfg, why)) if why else configs.append(cfg))
     return Work(shape, problem, configs, declined)
 
@@ -127,57 +129,37 @@ def _work_for_configs(shape: Shape, keys: list) -> Work:
 def _work_for_breadth(shape: Shape, breadth: str) -> Work:
     from ..templates.base import Decline
 
-    impl, problem = _problem(shape)
+    family, problem = _problem(shape)
     if isinstance(problem, Decline):
         return Work(shape, problem, [], [(None, problem)])
-    fitting, declined = impl.configs_for(problem, breadth)
+    fitting, declined = family.configs_for(problem, breadth)
     return Work(shape, problem, list(fitting), list(declined))
-
-
-SHAPE_OPS = ("mm", "scaled_mm", "scaled_mm_v2", "grouped_mm")
-_FIELDS = {
-    "mm": {"op", "dtype", "layout", "bias", "m", "n", "k"},
-    "scaled_mm": {"op", "dtype", "out_dtype", "bias", "m", "n", "k"},
-    "grouped_mm": {"op", "dtype", "groups", "b_major", "m", "n", "k"},
-}
-
-
-def _positive(raw: dict, name: str, where: str) -> int:
-    v = raw.get(name)
-    if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
-        raise SpecError(f"{where}: {name} must be a positive integer, got {v!r}")
-    return v
-
-
-def _one_of(raw: dict, name: str, allowed, where: str, default=None):
-    v = raw.get(name, default)
-    if v not in allowed:
-        raise SpecError(f"{where}: {name} {v!r} is not one of {', '.join(map(str, allowed))}")
-    return v
 
 
 def _shape(raw, where: str) -> Shape:
     if not isinstance(raw, dict):
         raise SpecError(f"{where}: a shape must be a JSON object")
-    op = _one_of(raw, "op", SHAPE_OPS, where)
-    fields = _FIELDS["scaled_mm" if op.startswith("scaled_mm") else op]
-    unknown = sorted(set(raw) - fields)
-    if unknown:
-        raise SpecError(f"{where}: unknown field(s) {', '.join(unknown)} for {op} (known: {', '.join(sorted(fields))})")
-    m, n, k = (_positive(raw, x, where) for x in ("m", "n", "k"))
-    bias = raw.get("bias", False)
-    if not isinstance(bias, bool):
-        raise SpecError(f"{where}: bias must be true or false, got {bias!r}")
-    if op == "mm":
-        return Shape(op, _one_of(raw, "dtype", dt.DTYPES, where), _one_of(raw, "layout", dt.LAYOUTS, where, "nt"),
-                     bias, m, n, k)
-    if op == "grouped_mm":
-        return Shape(op, _one_of(raw, "dtype", dt.DTYPES, where), "nt", False, m, n, k,
-                     groups=_positive(raw, "groups", where), b_major=_one_of(raw, "b_major", ("col", "row"), where, "col"))
-    from ..templates.scaled_gemm.family import DTYPES as MX
+    op = raw.get("op")
+    found = user_op(op) if isinstance(op, str) else None
+    if found is None or not found[1].precompile:
+        raise SpecError(f"{where}: op {op!r} is not one of {', '.join(_spec_ops())}")
+    try:
+        return Shape.of(str(op), **{k: v for k, v in raw.items() if k != "op"})
+    except SpecError as e:
+        raise SpecError(f"{where}: {e}") from None
 
-    return Shape(op, _one_of(raw, "dtype", MX, where), "tn", bias, m, n, k,
-                 out_dtype=_one_of(raw, "out_dtype", dt.DTYPES, where, "bfloat16"))
+
+def _table_shape(e: "dt.Entry") -> Shape:
+    """What precompile builds for a table entry: one binary serves every M, so the largest of
+    its range decides split-K fits; fields a table does not carry take the op's
+    ``TableRule.spec_defaults``."""
+    user = require_user_op(e.op)[1]
+    values = {"dtype": e.dtype, "layout": e.layout, "bias": e.bias, "m": e.m_range[1], "n": e.n, "k": e.k,
+              "groups": e.groups}
+    fields = {f.name for f in user.all_fields(SPEC)}
+    values = {k: v for k, v in values.items() if k in fields}
+    values.update(user.table.spec_defaults if user.table else {})
+    return Shape.of(e.op, **values)
 
 
 def load(path, breadth: Optional[str] = None) -> Spec:
@@ -193,16 +175,7 @@ def load(path, breadth: Optional[str] = None) -> Spec:
             table = dt.parse(doc, str(path))
         except dt.TableError as e:
             raise SpecError(str(e)) from None
-        work = []
-        for e in table.entries:
-            m = e.m_range[1]  # one binary serves every M: the largest decides split-K fits
-            # scaled_mm entries serve bf16 and fp16 outputs alike; precompile builds the bf16
-            # binary (an fp16 model names its shapes in a shapes spec with out_dtype float16).
-            out = "bfloat16" if e.op == "scaled_mm" else ""
-            # grouped_mm entries are the MoE forward's: each expert's weight stored [N, K] (B col-major)
-            b_major = "col" if e.op == "grouped_mm" else ""
-            work.append(_work_for_configs(Shape(e.op, e.dtype, e.layout, e.bias, m, e.n, e.k, out, e.groups, b_major),
-                                          [e.config]))
+        work = [_work_for_configs(_table_shape(e), [e.config]) for e in table.entries]
         return Spec(path, work, table)
     if fmt != SHAPES_FORMAT:
         raise SpecError(f"{path}: \"format\" must be {dt.FORMAT!r} (a dispatch table) or {SHAPES_FORMAT!r} "

@@ -1,8 +1,9 @@
 """Write Inductor's own autotuning results into a dispatch table (``source: inductor``).
 
-With ``TORCH_FLYDSL_RECORD_WINNERS=FILE``, every mm/addmm that Inductor autotunes in this
-process with a FlyDSL choice among its candidates, and where a FlyDSL config wins, becomes a
-table entry (the shape, the winning config and its benchmarked time); at exit the entries are
+With ``TORCH_FLYDSL_RECORD_WINNERS=FILE``, every node that Inductor autotunes in this process
+with a FlyDSL choice among its candidates, of an op whose family records shapes
+(``KernelFamily.recorded_shape``) and which dispatch tables name (today the dense family's
+mm/addmm), and where a FlyDSL config wins, becomes a table entry (the shape, the winning config and its benchmarked time); at exit the entries are
 merged into ``FILE`` under a file lock, atomically (a later entry for the same shape replaces an older one).
 Run the model under ``torch.compile(mode="max-autotune")`` with FLYDSL among the GEMM backends
 on the MI350; the table then serves callers that do not autotune (the vLLM re-route).
@@ -63,28 +64,28 @@ def _feedback(meta_of: MetaOf, timings, name, input_nodes, *rest) -> None:
 def note(timings: dict, name: str, metas: list[Optional[TensorMeta]]) -> None:
     """One autotuning result: ``timings`` by choice for op ``name`` over inputs ``metas`` (None
     for an input with a symbolic size). A FlyDSL winner becomes an entry."""
-    from ..dispatch_table import Entry
-    from .record import shape_of
+    from ..dispatch_table import Entry, table_ops
+    from .record import recordable, shape_of_call
 
-    if name not in ("mm", "addmm") or not timings:
+    if name not in recordable() or not timings:
         return
     finite = {c: t for c, t in timings.items() if t == t and t != float("inf")}
     if not finite:
         return
-    best = min(finite, key=finite.get)
+    best = min(finite, key=lambda c: finite[c])
     description = getattr(best, "description", "") or ""
     if not description.startswith("FlyDSL "):
         return  # another choice won: the table keeps that shape on the caller's own path
     if any(m is None for m in metas):
         return  # symbolic sizes: a table names static shapes
-    a, b, bias = (metas[0], metas[1], None) if name == "mm" else (metas[1], metas[2], metas[0])
-    shape = shape_of(a, b, bias)
-    if shape is None:
+    shape = shape_of_call(name, metas)
+    if shape is None or shape.op not in table_ops():
         return
-    entry = Entry("mm", shape.dtype, shape.layout, shape.bias, shape.m, shape.n, shape.k,
-                  description.split()[1], "inductor", round(finite[best] * 1e3, 3))
+    get = shape.get
+    entry = Entry(shape.op, get("dtype"), get("layout", "nt"), bool(get("bias", False)), shape.m, shape.n, shape.k,
+                  description.split()[1], "inductor", round(finite[best] * 1e3, 3), get("groups", 0))
     with _lock:
-        _entries[(shape.dtype, shape.layout, shape.bias, shape.m, shape.n, shape.k)] = entry
+        _entries[(entry.op, entry.dtype, entry.layout, entry.bias, entry.m, entry.n, entry.k, entry.groups)] = entry
 
 
 def _save(path: str) -> None:

@@ -109,7 +109,7 @@ def bind_configs(offer, nodes, layout, scalars: dict) -> list:
 
         ensure_installed(tensor_meta)
     choice = extern_choice(family.custom_op_for(op_name).name)
-    kwargs = family.impl().call_kwargs(op_name, scalars)
+    kwargs = family.call_kwargs(op_name, scalars)
     callers = []
     for cfg in offer.configs:
         caller = choice.bind(nodes, layout, cfg=cfg.key(), **kwargs)
@@ -126,15 +126,14 @@ def prefetch_compiles(offer, scalars: dict) -> None:
     (without this they compiled one after another, at first benchmark)."""
     from ..runtime import isolated
 
-    impl = offer.family.impl()
-    placeholder = getattr(impl, "placeholder_call", None)
-    if placeholder is None or offer.problem is None:
+    family = offer.family
+    if not family.precompiles() or offer.problem is None:
         return
     problem = getattr(offer.problem, "at_hint", offer.problem)  # dynamic M: the hint's kernel serves every M
     has_bias = False if scalars.get("beta", 1) == 0 else None
     for cfg in offer.configs:
         try:
-            jit_fn, args = placeholder(cfg, problem, has_bias)
+            jit_fn, args = family.placeholder_call(cfg, problem, has_bias)
         except NotImplementedError:
             return  # a form the family cannot build ahead (it compiles at first benchmark)
         isolated.prefetch(jit_fn, args)
@@ -156,11 +155,10 @@ def node_scalars(op_name: str, fx_node) -> dict:
     lost)."""
     from ..registry import family_for
 
-    reader = getattr(family_for(op_name).impl(), "scalars_from_node", None)
     target = getattr(fx_node, "target", None)
-    if reader is None or not hasattr(target, "name"):
+    if not hasattr(target, "name"):
         return {}
-    return reader(op_name, target.name().split("::")[-1], tuple(fx_node.args), dict(fx_node.kwargs))
+    return family_for(op_name).scalars_from_node(op_name, target.name().split("::")[-1], tuple(fx_node.args), dict(fx_node.kwargs))
 
 
 def isolate_failures(caller, label: str) -> None:

@@ -133,15 +133,14 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict, serving: Optiona
         tuple(_static_int(s) for s in layout.size), tuple(_static_int(s) for s in layout.stride),
         layout.dtype, _static_int(layout.offset) or 0, device.type,
     )
-    impl = family.impl()
     if any(m is None for m in metas) or None in out_meta.shape or None in out_meta.stride:
-        problem = _symbolic_problem(impl, family, op_name, nodes, layout, scalars)
+        problem = _symbolic_problem(family, op_name, nodes, layout, scalars)
     else:
-        problem = impl.problem_from_metas(op_name, metas, out_meta, scalars)
-        if op_name in ("mm", "addmm") and os.environ.get("TORCH_FLYDSL_RECORD_SHAPES"):
+        problem = family.problem_from_metas(op_name, metas, out_meta, scalars)
+        if os.environ.get("TORCH_FLYDSL_RECORD_SHAPES"):
             from ..deploy.record import note_from_env
 
-            note_from_env(metas[-2], metas[-1], metas[0] if op_name == "addmm" else None)
+            note_from_env(op_name, metas)
     if isinstance(problem, Decline):
         offer.declined.append((None, problem))
         return offer
@@ -150,8 +149,8 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict, serving: Optiona
     from ..deploy.run_only import gate as run_only_gate
 
     breadth = config.autotune_breadth(getattr(ic, "max_autotune_gemm_search_space", "DEFAULT"))
-    fitting, declined = impl.configs_for(problem, breadth)
-    fitting, declined = run_only_gate(impl, problem, fitting, declined, False if scalars.get("beta", 1) == 0 else None)
+    fitting, declined = family.configs_for(problem, breadth)
+    fitting, declined = run_only_gate(family, problem, fitting, declined, False if scalars.get("beta", 1) == 0 else None)
     offer.varying = _varying_sizes(layout)
     offer.problem = problem
     offer.configs.extend(fitting)
@@ -159,17 +158,16 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict, serving: Optiona
     return offer
 
 
-def _symbolic_problem(impl, family, op_name: str, nodes, layout, scalars: dict):
+def _symbolic_problem(family, op_name: str, nodes, layout, scalars: dict):
     """The family's problem for a node with symbolic sizes, strides or offsets (dynamic shapes),
     or why not. Families opt in with ``problem_from_symbolic_metas``."""
     from torch._inductor.virtualized import V
 
-    check = getattr(impl, "problem_from_symbolic_metas", None)
-    if check is None:
+    if not family.supports_symbolic():
         return Decline("shape", f"dynamic (symbolic) shapes or strides are not supported by the {family.name} family")
     out_meta = TensorMeta(tuple(map(_maybe_static, layout.size)), tuple(map(_maybe_static, layout.stride)),
                           layout.dtype, _maybe_static(layout.offset), layout.device.type)
-    return check(op_name, [symbolic_tensor_meta(n) for n in nodes], out_meta, scalars, ShapeFacts(V.graph.sizevars))
+    return family.problem_from_symbolic_metas(op_name, [symbolic_tensor_meta(n) for n in nodes], out_meta, scalars, ShapeFacts(V.graph.sizevars))
 
 
 def _varying_sizes(layout) -> Optional[str]:

@@ -74,13 +74,12 @@ def _lower(family, override: LoweringOverride, args: tuple, kwargs: dict) -> Opt
     gate = inductor_gate()
     if gate is not None and gate.category == "config":
         return None  # FLYDSL not requested: not even worth a debug line per node
-    impl = family.impl()
     current = getattr(V.graph, "current_node", None)
     seen = V.graph.__dict__.setdefault("_torch_flydsl_offered", set())
     if current is None or current in seen:
         return None
     seen.add(current)
-    tensors, out_dtype = impl.lowering_operands(override.target, args, kwargs)
+    tensors, out_dtype = family.lowering_operands(override.target, args, kwargs)
     nodes = list(realize_inputs(*tensors))
     a = nodes[0]
     m, n = a.get_size()[0], nodes[1].get_size()[1]

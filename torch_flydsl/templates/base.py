@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -53,9 +54,8 @@ class TensorMeta:
 
     @classmethod
     def of(cls, t: torch.Tensor) -> "TensorMeta":
-        return cls(
-            tuple(t.shape), tuple(t.stride()), t.dtype, t.storage_offset(), t.device.type
-        )
+        # Real tensors only (eager calls): their offset is an int, never a SymInt.
+        return cls(tuple(t.shape), tuple(t.stride()), t.dtype, cast(int, t.storage_offset()), t.device.type)
 
     @classmethod
     def of_optional(cls, t) -> "TensorMeta | None":

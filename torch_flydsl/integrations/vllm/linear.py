@@ -164,7 +164,8 @@ def _make_wrapper(original: Callable) -> Callable:
         if dtype not in half:
             return None, "dtype is not bf16/fp16"
         if recording():
-            note_from_env(x.reshape(-1, x.shape[-1]), weight.t(), bias)
+            operands = [x.reshape(-1, x.shape[-1]), weight.t()]
+            note_from_env("mm", operands) if bias is None else note_from_env("addmm", [bias, *operands])
         table = active()
         if not table.entries:
             return None, "no dispatch table (TORCH_FLYDSL_DISPATCH_TABLE)"

@@ -260,7 +260,8 @@ def serve(x, weight, weight_scale, bias):
     m, k = x.shape
     n = weight.shape[0]
     if record.recording():
-        record.note_shape(record.scaled_shape(FORMAT, x.dtype, bias is not None, m, n, k))
+        record.note_shape(record.Shape.of("scaled_mm", dtype=FORMAT, out_dtype=str(x.dtype).replace("torch.", ""),
+                                           bias=bias is not None, m=m, n=n, k=k))
     cfg = active().lookup("scaled_mm", FORMAT, "nt", bias is not None, m, n, k)
     if cfg is None:
         return None, "shape not in the dispatch table"

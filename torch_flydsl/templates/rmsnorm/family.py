@@ -6,7 +6,8 @@ tensors. ``_fused_rms_norm`` has a CUDA (ROCm: HIP) kernel and its own autograd 
 (``_fused_rms_norm_backward``, reading the saved input, weight and fp32 ``rstd``): overriding its
 CUDA-key kernel below autograd keeps PyTorch's backward, so the family returns ``(y, rstd)``
 exactly as PyTorch's kernel does. torch 2.15's in-tree FlyDSL override sits on the same op and
-key; the coexistence rule (``serving``) decides who registers.
+key; the coexistence rule (``serving``, applied by ``torch_flydsl.eager``) decides who
+registers and who serves each device.
 
 On a CPU (``TORCH_FLYDSL_EXECUTOR=emulator`` / ``reference-standin``) the CPU stands for the
 gfx950: CPU's ``rms_norm`` composite does the math inline instead of calling
@@ -19,7 +20,7 @@ Under ``torch.compile`` Inductor decomposes ``rms_norm`` / ``_fused_rms_norm`` i
 code): the eager override is not in compiled graphs, and FakeTensors never reach it (they are
 handled at the Python key, above the backend keys it is registered on).
 
-Module level holds only the descriptor; everything else imports lazily.
+Module level holds only the class; its methods import the family's code lazily.
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...registry import EagerOverride, Family
+from ..family import EagerOverride, KernelFamily
+from ..vocabulary import Field, UserOp, torch_dtype
 
-FAMILY = Family(
-    name="rmsnorm",
-    module=__name__,
-    custom_ops=(),
-    eager_overrides=(EagerOverride("_fused_rms_norm", "rms_norm"),),
+_DTYPES = Field("dtype", str, "bfloat16", ("bfloat16", "float16", "float32"),
+                {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"})
+RMS_NORM = UserOp(
+    "rms_norm", "eager F.rms_norm over the last dim of a contiguous [ROWS, N] tensor",
+    (Field("rows"), Field("n")),
+    (_DTYPES, Field("weight", bool, True, flag="--no-weight", invert=True, help="weight=None")),
+    bench="torch_flydsl.bench.rms_norm",
 )
 
 _ARGS = ("input", "normalized_shape", "weight", "eps")
@@ -41,26 +45,6 @@ _ARGS = ("input", "normalized_shape", "weight", "eps")
 # the decline path of a repeated call is one dict lookup. Bounded: cleared when full.
 _DECISIONS: dict = {}
 _DECISIONS_MAX = 4096
-
-
-def __getattr__(name):
-    if name == "KERNEL_VERSION":
-        from .config import KERNEL_VERSION
-
-        return KERNEL_VERSION
-    raise AttributeError(name)
-
-
-def configs_for(problem, breadth: str = "baseline"):
-    from .config import configs_for as _configs_for
-
-    return _configs_for(problem, breadth)
-
-
-def curated() -> tuple:
-    from .config import CURATED
-
-    return CURATED
 
 
 @dataclass
@@ -74,18 +58,10 @@ class RmsNormCall:
 
 def _decide(x, normalized_shape, weight, eps, executor: str):
     """``(config, problem)`` or a Decline for this call's metadata (uncached)."""
-    from ...runtime.launch_guard import device_decline
-    from ...serving import deferral
     from ..base import Decline
     from .config import configs_for
     from .eligibility import check_tensors
 
-    why = device_decline(x.device)
-    if why:
-        return Decline("device", why)
-    why = deferral("rms_norm", x.device.type, x.device.index or 0)
-    if why:
-        return Decline("version", why)
     problem = check_tensors(x, normalized_shape, weight, eps)
     if isinstance(problem, Decline):
         return problem
@@ -95,7 +71,9 @@ def _decide(x, normalized_shape, weight, eps, executor: str):
     return fitting[0], problem
 
 
-_lazy = None  # (config.executor, Decline), bound on the first call (not at ``import torch``)
+# (config.executor, Decline) and launcher.outputs_for, bound on the first call (not at ``import torch``).
+_lazy: Any = None
+_outputs_for: Any = None
 
 
 def _bind() -> None:
@@ -106,86 +84,6 @@ def _bind() -> None:
 
     _outputs_for = outputs_for
     _lazy = (config.executor, Decline)
-
-
-def eager_call(target: str, args: tuple, kwargs: dict):
-    """``(call, config, problem)`` for an eligible ``_fused_rms_norm`` call (outputs allocated),
-    or a Decline with the reason."""
-    if _lazy is None:
-        _bind()
-    executor_of, Decline = _lazy
-    if kwargs:
-        v = dict(zip(_ARGS, args), **kwargs)
-        x, shape, weight, eps = v["input"], v["normalized_shape"], v.get("weight"), v.get("eps")
-    else:
-        x, shape, weight, eps = (tuple(args) + (None, None))[:4]
-    executor = executor_of()
-    w_key = None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.device,
-                                         weight.storage_offset())
-    key = (x.shape, x.stride(), x.dtype, x.device, x.storage_offset() % 16, tuple(shape), w_key, eps, executor)
-    decided = _DECISIONS.get(key)
-    if decided is None:
-        decided = _decide(x, shape, weight, eps, executor)
-        if len(_DECISIONS) >= _DECISIONS_MAX:
-            _DECISIONS.clear()
-        _DECISIONS[key] = decided
-    if isinstance(decided, Decline):
-        return decided
-    cfg, problem = decided
-    y, rstd = _outputs_for(x)
-    return RmsNormCall(x, weight, eps, (y, rstd), rstd), cfg, problem
-
-
-def execute(executor: str, cfg, problem, call: RmsNormCall) -> None:
-    y, rstd = call.out
-    if executor == "reference-standin":
-        # Plumbing tests only (named so in every test that uses it): not a FlyDSL kernel.
-        from .reference import reference
-
-        ry, rr = reference(call.x, call.weight, call.eps)
-        y.copy_(ry.to(y.dtype))
-        rstd.copy_(rr.to(rstd.dtype))
-    elif executor == "emulator":
-        from .launcher import run_emulated
-
-        run_emulated(cfg, call.x, call.weight, y, rstd, call.eps, problem=problem)
-    else:
-        from .launcher import launch
-
-        launch(cfg, call.x, call.weight, y, rstd, call.eps, problem=problem)
-
-
-def torch_fallback(call: RmsNormCall):
-    """PyTorch's math for the same call (the decomposition ``_fused_rms_norm`` has everywhere)."""
-    from torch._decomp import decomposition_table
-    import torch
-
-    return decomposition_table[torch.ops.aten._fused_rms_norm.default](call.x, [call.x.shape[-1]], call.weight,
-                                                                         call.eps)
-
-
-def explain_problem(rows: int, n: int, dtype="bf16", weight: bool = True):
-    """The problem (or Decline) for a contiguous ``[rows, n]`` input, as if on gfx950."""
-    import torch
-
-    from ..base import TensorMeta
-    from .eligibility import check_problem
-
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}.get(dtype, dtype)
-    x = TensorMeta.contiguous((rows, n), dt)
-    w = TensorMeta.contiguous((n,), dt) if weight else None
-    return check_problem(x, (n,), w, None)
-
-
-def lds_bytes(cfg, problem) -> int:
-    """Static LDS: two buffers of one fp32 partial per wave when a row has several waves."""
-    return 2 * cfg.waves * 4 if cfg.waves > 1 else 0
-
-
-def workgroups(cfg, problem) -> int:
-    from .launcher import workgroups_for
-
-    return workgroups_for(cfg, problem.rows)
 
 
 # ---- CPU stand-ins for what a ROCm build routes natively (emulator / reference-standin only) ----
@@ -207,9 +105,94 @@ def _fused_rms_norm_backward_decomposed(keyset, *args):
     return decomposition_table[torch.ops.aten._fused_rms_norm_backward.default](*args)
 
 
-def cpu_standin_kernels() -> tuple:
-    """``(op, dispatch key, kernel)`` the eager glue installs when the CPU stands for the GPU."""
-    return (
-        ("rms_norm", "AutogradCPU", _rms_norm_via_fused),
-        ("_fused_rms_norm_backward", "CPU", _fused_rms_norm_backward_decomposed),
-    )
+class RmsNorm(KernelFamily):
+    name = "rmsnorm"
+    package = __package__
+    config_class = "RmsNormConfig"
+    eager_overrides = (EagerOverride("_fused_rms_norm", "rms_norm"),)
+    user_ops = (RMS_NORM,)
+
+    def problem_for(self, op: str, values: dict):
+        return self.explain_problem(values["rows"], values["n"], values["dtype"], values["weight"])
+
+    def describe(self, op: str, values: dict) -> str:
+        weight = " with weight" if values["weight"] else ""
+        return f"dtype={values['dtype']}{weight} (last dim of a contiguous [ROWS, N] tensor)"
+
+    def eager_call(self, target: str, args: tuple, kwargs: dict):
+        """``(call, config, problem)`` for an eligible ``_fused_rms_norm`` call (outputs allocated),
+        or a Decline with the reason."""
+        if _lazy is None:
+            _bind()
+        executor_of, Decline = _lazy
+        if kwargs:
+            v = dict(zip(_ARGS, args), **kwargs)
+            x, shape, weight, eps = v["input"], v["normalized_shape"], v.get("weight"), v.get("eps")
+        else:
+            x, shape, weight, eps = (tuple(args) + (None, None))[:4]
+        executor = executor_of()
+        w_key = None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.device,
+                                             weight.storage_offset())
+        key = (x.shape, x.stride(), x.dtype, x.device, x.storage_offset() % 16, tuple(shape), w_key, eps, executor)
+        decided = _DECISIONS.get(key)
+        if decided is None:
+            decided = _decide(x, shape, weight, eps, executor)
+            if len(_DECISIONS) >= _DECISIONS_MAX:
+                _DECISIONS.clear()
+            _DECISIONS[key] = decided
+        if isinstance(decided, Decline):
+            return decided
+        cfg, problem = decided
+        y, rstd = _outputs_for(x)
+        return RmsNormCall(x, weight, eps, (y, rstd), rstd), cfg, problem
+
+    def run_reference(self, cfg, problem, call: RmsNormCall) -> None:
+        from .reference import reference
+
+        y, rstd = call.out
+        ry, rr = reference(call.x, call.weight, call.eps)
+        y.copy_(ry.to(y.dtype))
+        rstd.copy_(rr.to(rstd.dtype))
+
+    def run_emulated(self, cfg, problem, call: RmsNormCall):
+        from .launcher import run_emulated
+
+        y, rstd = call.out
+        return run_emulated(cfg, call.x, call.weight, y, rstd, call.eps, problem=problem)
+
+    def launch(self, cfg, problem, call: RmsNormCall) -> None:
+        from .launcher import launch
+
+        y, rstd = call.out
+        launch(cfg, call.x, call.weight, y, rstd, call.eps, problem=problem)
+
+    def explain_problem(self, rows: int, n: int, dtype="bf16", weight: bool = True):
+        """The problem (or Decline) for a contiguous ``[rows, n]`` input, as if on gfx950."""
+        import torch
+
+        from ..base import TensorMeta
+        from .eligibility import check_problem
+
+        dt = torch_dtype(_DTYPES.coerce(dtype)) if isinstance(dtype, str) else dtype
+        x = TensorMeta.contiguous((rows, n), dt)
+        w = TensorMeta.contiguous((n,), dt) if weight else None
+        return check_problem(x, (n,), w, None)
+
+    def lds_bytes(self, cfg, problem) -> int:
+        """Static LDS: two buffers of one fp32 partial per wave when a row has several waves."""
+        return 2 * cfg.waves * 4 if cfg.waves > 1 else 0
+
+    def workgroups(self, cfg, problem) -> int:
+        from .launcher import workgroups_for
+
+        return workgroups_for(cfg, problem.rows)
+
+    def cpu_standin_kernels(self) -> tuple:
+        """What a ROCm build routes natively, for the CPU executors."""
+        return (
+            ("rms_norm", "AutogradCPU", _rms_norm_via_fused),
+            ("_fused_rms_norm_backward", "CPU", _fused_rms_norm_backward_decomposed),
+        )
+
+
+FAMILY = RmsNorm()

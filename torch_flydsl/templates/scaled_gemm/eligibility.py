@@ -113,7 +113,7 @@ def check_problem(
     swizzle_b: Any = None,
     scale_recipe_a: Any = None,
     scale_recipe_b: Any = None,
-    scale_result: Optional[TensorMeta] = None,
+    scale_result: Any = None,  # present (not None) when the call has an output scale
 ) -> Union[ScaledGemmProblem, Decline]:
     """The ``ScaledGemmProblem`` these operands pose, or why the family declines them.
 
