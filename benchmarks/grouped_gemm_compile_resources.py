@@ -23,7 +23,7 @@ from tabulate import tabulate
 
 from torch_flydsl.runtime.compile import compile_gfx950
 from torch_flydsl.templates.grouped_gemm import compile_args, grid_block, search_space
-from torch_flydsl.templates.grouped_gemm.kernel import tile_upper_bound
+from torch_flydsl.templates.gemm.persistent import tile_upper_bound
 
 
 def operands(b_major, dtype, tokens, n, k, groups):

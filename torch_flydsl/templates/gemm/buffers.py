@@ -1,6 +1,5 @@
 """Global operands as buffer resources whose range is the operand's exact byte span."""
 
-# No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
 import flydsl.expr as fx
 from flydsl.expr import rocdl
 

@@ -7,7 +7,6 @@ stride is not a multiple of 8 elements) is written element by element with ``col
 masks: nothing outside ``out[:M, :N]`` is ever written.
 """
 
-# No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
 from typing import Any, Protocol
 
 import flydsl.expr as fx

@@ -7,7 +7,6 @@ rescan), so the walk costs each workgroup at most G steps in all. Empty groups o
 cost one step of that walk; numbers past the real tile count end the loop.
 """
 
-# No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
 import flydsl.expr as fx
 from flydsl.expr import rocdl
 

@@ -6,7 +6,6 @@ K-contiguous and is read with 16-byte ``ds_read_b128``; an operand contiguous al
 in LDS M/N-contiguous and is read with gfx950's transposing ``ds_read_b64_tr_b16``.
 """
 
-# No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
 import flydsl.expr as fx
 
 from .geometry import c_lds_row_stride

@@ -4,7 +4,6 @@ buffers, ``stages - 1`` tiles in flight ahead of compute, tracked with ``s_waitc
 outstanding" means "this tile landed"). One barrier per K tile.
 """
 
-# No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
 from typing import Protocol
 
 from flydsl.expr import const_expr, gpu, range_constexpr, rocdl

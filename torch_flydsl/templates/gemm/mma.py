@@ -7,7 +7,6 @@ accumulators. ``Mma.compute_stage`` issues the next tile's DMAs between its MFMA
 (``interleave_dmas``).
 """
 
-# No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
 import flydsl.expr as fx
 from flydsl.expr import range_constexpr, rocdl
 

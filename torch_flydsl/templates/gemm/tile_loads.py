@@ -8,7 +8,6 @@ are clamped to row 0 (they only feed outputs the epilogue masks); ``main_loop`` 
 tiles.
 """
 
-# No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
 from dataclasses import dataclass
 from typing import Any
 

@@ -5,7 +5,6 @@ the pieces it reuses (the grouped kernel per tile; the scaled kernel with a ``Ti
 16-bit units for its data DMAs and epilogue).
 """
 
-# No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
 from dataclasses import dataclass
 from typing import Protocol
 
