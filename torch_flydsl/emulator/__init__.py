@@ -9,14 +9,14 @@ Not imported by ``import torch_flydsl``; import ``torch_flydsl.emulator`` explic
 
 from .errors import EmulatorError, UnsupportedOp
 
-__all__ = ["emulate", "EmulationReport", "Finding", "EmulatorError", "UnsupportedOp", "run_and_compare", "HarnessReport", "BaselineTolerance"]
+__all__ = ["emulate", "emulate_checked", "EmulationReport", "Finding", "EmulatorError", "UnsupportedOp", "run_and_compare", "HarnessReport", "BaselineTolerance"]
 
 
 def __getattr__(name):  # lazy: importing the package must stay cheap
-    if name == "emulate":
-        from .api import emulate
+    if name in ("emulate", "emulate_checked"):
+        from . import api
 
-        return emulate
+        return getattr(api, name)
     if name == "EmulationReport":
         from .executor import EmulationReport
 

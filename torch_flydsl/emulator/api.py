@@ -133,3 +133,16 @@ def run_kernel_ir(
     report.launches.append(run_launch(cp, launch, mem, findings, check=check, workgroups=workgroups))
     report.findings = findings.all()
     return report
+
+
+def emulate_checked(jit_fn, args: Sequence[Any], what: str, **kwargs: Any) -> EmulationReport:
+    """``emulate(jit_fn, args, **kwargs)``, raising ``EmulatorError`` (naming ``what``, e.g. a
+    family and config key) when the checker reports a race or an out-of-bounds access: a kernel
+    that is wrong on some hardware timing must not look right here. Every family's emulator
+    executor runs its kernel through this."""
+    from .errors import EmulatorError
+
+    report = emulate(jit_fn, args, **kwargs)
+    if not report.ok:
+        raise EmulatorError(f"{what}: {report}")
+    return report

@@ -275,13 +275,10 @@ class KernelFamily:
         """The compiled gfx950 kernel on CPU tensors through the emulator; results land in the
         call's outputs. ``EmulatorError`` when the checker reports a race or an out-of-bounds
         access: a kernel wrong on some hardware timing must not look right here."""
-        from ..emulator import EmulatorError, emulate
+        from ..emulator import emulate_checked
 
         jit_fn, args = self.compile_call(cfg, problem, call)
-        report = emulate(jit_fn, args)
-        if not report.ok:
-            raise EmulatorError(f"{self.name} {cfg.key()}: {report}")
-        return report
+        return emulate_checked(jit_fn, args, f"{self.name} {cfg.key()}")
 
     def launch(self, cfg: Any, problem: Any, call: Any) -> None:
         """The kernel on the device."""

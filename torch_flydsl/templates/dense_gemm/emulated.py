@@ -13,16 +13,9 @@ def run_emulated(
     cfg: DenseGemmConfig, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
     bias: Optional[torch.Tensor] = None, alpha: float = 1.0, beta: float = 1.0, problem=None,
 ):
-    """Execute the compiled gfx950 kernel on CPU tensors; results land in ``out``.
+    """The dense kernel on CPU tensors through the emulator, as the family's emulator executor
+    runs it (``KernelFamily.run_emulated``); results land in ``out``. ``EmulatorError`` when the
+    checker reports a race or an out-of-bounds access."""
+    from .family import FAMILY, DenseCall
 
-    Raises ``EmulatorError`` when the checker reports a race or an out-of-bounds access: a
-    kernel that is wrong on some hardware timing must not look right here.
-    """
-    from ...emulator import EmulatorError, emulate
-    from .launcher import compile_args
-
-    jit_fn, args = compile_args(cfg, a, b, out, bias, alpha, beta, problem=problem)
-    report = emulate(jit_fn, args)
-    if not report.ok:
-        raise EmulatorError(f"dense GEMM {cfg.key()}: {report}")
-    return report
+    return FAMILY.run_emulated(cfg, problem, DenseCall(cfg.key(), a, b, out, bias, alpha, beta))

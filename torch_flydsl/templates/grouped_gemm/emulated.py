@@ -12,7 +12,7 @@ def run_emulated(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs:
     """Execute the compiled gfx950 kernel on CPU tensors; results land in ``out``. Raises
     ``EmulatorError`` when the checker reports a race or an out-of-bounds access. No tokens:
     nothing runs (as on the device)."""
-    from ...emulator import EmulatorError, emulate
+    from ...emulator import emulate_checked
     from .launcher import checked_problem, compile_args
 
     problem = problem or checked_problem(a, b, offs, out)
@@ -22,7 +22,4 @@ def run_emulated(cfg: GroupedGemmConfig, a: torch.Tensor, b: torch.Tensor, offs:
     if problem.tokens == 0:
         return None
     jit_fn, args = compile_args(cfg, a, b, offs, out, problem=problem, workgroups=workgroups)
-    report = emulate(jit_fn, args)
-    if not report.ok:
-        raise EmulatorError(f"grouped GEMM {cfg.key()}: {report}")
-    return report
+    return emulate_checked(jit_fn, args, f"grouped GEMM {cfg.key()}")

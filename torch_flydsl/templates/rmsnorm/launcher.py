@@ -78,10 +78,7 @@ def launch(cfg: RmsNormConfig, x, weight, y, rstd, eps=None, stream=None, proble
 def run_emulated(cfg: RmsNormConfig, x, weight, y, rstd, eps=None, problem=None, workgroups=None):
     """Execute the compiled gfx950 kernel on CPU tensors; raises ``EmulatorError`` on a race or
     an out-of-bounds access."""
-    from ...emulator import EmulatorError, emulate
+    from ...emulator import emulate_checked
 
     jit_fn, args = compile_args(cfg, x, weight, y, rstd, eps, problem=problem, workgroups=workgroups)
-    report = emulate(jit_fn, args)
-    if not report.ok:
-        raise EmulatorError(f"RMSNorm {cfg.key()}: {report}")
-    return report
+    return emulate_checked(jit_fn, args, f"RMSNorm {cfg.key()}")

@@ -13,16 +13,9 @@ def run_emulated(
     cfg: ScaledGemmConfig, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
     out: torch.Tensor, bias: Optional[torch.Tensor] = None, problem=None,
 ):
-    """Execute the compiled gfx950 kernel on CPU tensors; results land in ``out``.
+    """The MX kernel on CPU tensors through the emulator, as the family's emulator executor runs
+    it (``KernelFamily.run_emulated``); results land in ``out``. ``EmulatorError`` when the
+    checker reports a race or an out-of-bounds access."""
+    from .family import FAMILY, ScaledCall
 
-    Raises ``EmulatorError`` when the checker reports a race or an out-of-bounds access: a
-    kernel that is wrong on some hardware timing must not look right here.
-    """
-    from ...emulator import EmulatorError, emulate
-    from .launcher import compile_args
-
-    jit_fn, args = compile_args(cfg, a, b, scale_a, scale_b, out, bias, problem=problem)
-    report = emulate(jit_fn, args)
-    if not report.ok:
-        raise EmulatorError(f"scaled GEMM {cfg.key()}: {report}")
-    return report
+    return FAMILY.run_emulated(cfg, problem, ScaledCall(cfg.key(), a, b, scale_a, scale_b, out, bias))

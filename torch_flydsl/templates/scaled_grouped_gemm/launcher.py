@@ -68,13 +68,10 @@ def launch(cfg, a, b, scale_a, scale_b, offs, out, stream=None, problem=None):
 def run_emulated(cfg, a, b, scale_a, scale_b, offs, out, problem=None, workgroups=None):
     """Execute the compiled gfx950 kernel on CPU tensors (``TORCH_FLYDSL_EXECUTOR=emulator``);
     raises ``EmulatorError`` on a race or an out-of-bounds access. No tokens: nothing runs."""
-    from ...emulator import EmulatorError, emulate
+    from ...emulator import emulate_checked
 
     problem = problem or checked_problem(a, b, scale_a, scale_b, offs, out)
     if problem.tokens == 0:
         return None
     jit_fn, args = compile_args(cfg, a, b, scale_a, scale_b, offs, out, problem=problem, workgroups=workgroups)
-    report = emulate(jit_fn, args)
-    if not report.ok:
-        raise EmulatorError(f"MXFP8 grouped GEMM {cfg.key()}: {report}")
-    return report
+    return emulate_checked(jit_fn, args, f"MXFP8 grouped GEMM {cfg.key()}")

@@ -78,13 +78,10 @@ def launch(cfg, problem, x, values, indices, stream=None):
 def run_emulated(cfg, problem, x, values, indices, grid: Optional[int] = None):
     """Execute the compiled gfx950 kernel on CPU tensors (``TORCH_FLYDSL_EXECUTOR=emulator``);
     raises ``EmulatorError`` on a race or an out-of-bounds access."""
-    from ...emulator import EmulatorError, emulate
+    from ...emulator import emulate_checked
 
     jit_fn, args = compile_args(cfg, problem, x, values, indices, grid=grid)
-    report = emulate(jit_fn, args)
-    if not report.ok:
-        raise EmulatorError(f"TopK {cfg.key()}: {report}")
-    return report
+    return emulate_checked(jit_fn, args, f"TopK {cfg.key()}")
 
 
 def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True,
