@@ -142,23 +142,23 @@ def prefetch_compiles(offer, scalars: dict) -> None:
 def _serving_name(op_name: str, fx_node):
     """The entry point's coexistence name when the stock lowering of an overridden op reaches
     us (torch 2.13 lowers MX ``_scaled_mm_v2`` through get_template_configs("scaled_mm"))."""
-    from ..registry import family_for
+    from ..registry import require_family
 
     target = getattr(fx_node, "target", None)
-    name = target.name().split("::")[-1] if hasattr(target, "name") else None
-    return next((o.serving for o in family_for(op_name).lowering_overrides if o.target == name), None)
+    name = target.name().split("::")[-1] if target is not None and hasattr(target, "name") else None
+    return next((o.serving for o in require_family(op_name).lowering_overrides if o.target == name), None)
 
 
 def node_scalars(op_name: str, fx_node) -> dict:
     """Non-tensor arguments of the FX node being lowered, as the family reads them (Inductor
     hands the choices its tensors only; a scaled_mm's ``scale_result`` or a v2 recipe would be
     lost)."""
-    from ..registry import family_for
+    from ..registry import require_family
 
     target = getattr(fx_node, "target", None)
-    if not hasattr(target, "name"):
+    if target is None or not hasattr(target, "name"):
         return {}
-    return family_for(op_name).scalars_from_node(op_name, target.name().split("::")[-1], tuple(fx_node.args), dict(fx_node.kwargs))
+    return require_family(op_name).scalars_from_node(op_name, target.name().split("::")[-1], tuple(fx_node.args), dict(fx_node.kwargs))
 
 
 def isolate_failures(caller, label: str) -> None:

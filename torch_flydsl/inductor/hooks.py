@@ -40,7 +40,7 @@ def _hook_for(fx_node) -> Optional[tuple]:
     from ..registry import families
 
     target = getattr(fx_node, "target", None)
-    if not hasattr(target, "name"):
+    if target is None or not hasattr(target, "name"):
         return None
     name = target.name().split("::")[-1]
     return next(((f, h) for f in families() for h in f.choice_hooks if h.target == name), None)

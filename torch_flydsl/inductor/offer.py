@@ -44,16 +44,27 @@ def _static_int(x) -> Optional[int]:
     return None
 
 
+def _static_ints(xs) -> Optional[tuple[int, ...]]:
+    """The ints of static sizes/strides, or None when any is symbolic."""
+    ints = []
+    for x in xs:
+        static = _static_int(x)
+        if static is None:
+            return None
+        ints.append(static)
+    return tuple(ints)
+
+
 def tensor_meta(node) -> Optional[TensorMeta]:
     """TensorMeta of an IR node, or None when any size/stride/offset is symbolic."""
     layout = node.get_layout()
-    size = [_static_int(s) for s in node.get_size()]
-    stride = [_static_int(s) for s in node.get_stride()]
+    size = _static_ints(node.get_size())
+    stride = _static_ints(node.get_stride())
     offset = _static_int(layout.offset)
-    if None in size or None in stride or offset is None:
+    if size is None or stride is None or offset is None:
         return None
     device = node.get_device()
-    return TensorMeta(tuple(size), tuple(stride), node.get_dtype(), offset, device.type if device else "cpu")
+    return TensorMeta(size, stride, node.get_dtype(), offset, device.type if device else "cpu")
 
 
 def _maybe_static(x):
@@ -129,13 +140,11 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict, serving: Optiona
     if deferred:
         return offer.decline("coexistence", deferred)
     metas = [tensor_meta(n) for n in nodes]
-    out_meta = TensorMeta(
-        tuple(_static_int(s) for s in layout.size), tuple(_static_int(s) for s in layout.stride),
-        layout.dtype, _static_int(layout.offset) or 0, device.type,
-    )
-    if any(m is None for m in metas) or None in out_meta.shape or None in out_meta.stride:
+    out_shape, out_stride = _static_ints(layout.size), _static_ints(layout.stride)
+    if any(m is None for m in metas) or out_shape is None or out_stride is None:
         problem = _symbolic_problem(family, op_name, nodes, layout, scalars)
     else:
+        out_meta = TensorMeta(out_shape, out_stride, layout.dtype, _static_int(layout.offset) or 0, device.type)
         problem = family.problem_from_metas(op_name, metas, out_meta, scalars)
         if os.environ.get("TORCH_FLYDSL_RECORD_SHAPES"):
             from ..deploy.record import note_from_env

@@ -57,7 +57,7 @@ def _lowering_for(family, override: LoweringOverride):
                         override.target, type(e).__name__, e)
             return None
 
-    lower._torch_flydsl = True
+    setattr(lower, "_torch_flydsl", True)  # a function attribute: install() tells ours by it
     lower.__name__ = f"torch_flydsl_{override.target}"
     return lower
 

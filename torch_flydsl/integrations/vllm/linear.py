@@ -105,7 +105,8 @@ def _dispatch_key(torch) -> str:
     keys = []
     platforms = sys.modules.get("vllm.platforms")
     try:
-        keys.append(str(platforms.current_platform.dispatch_key))
+        if platforms is not None:
+            keys.append(str(platforms.current_platform.dispatch_key))
     except Exception:  # noqa: BLE001 - then probe
         pass
     for key in keys + [k for k in _PROBE_KEYS if k not in keys]:

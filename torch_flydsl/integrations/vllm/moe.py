@@ -87,10 +87,12 @@ def _register() -> None:
     methods = sys.modules[METHOD_MODULE]
     triton = importlib.import_module(TRITON_MODULE)
     custom_op = importlib.import_module(CUSTOM_OP_MODULE)
-    method_base = getattr(methods, METHOD_NAME, None)
-    experts_base = getattr(triton, "TritonExperts", None)
-    op_class = getattr(custom_op, "CustomOp", None)
-    registry = getattr(custom_op, "op_registry_oot", None)
+    # vLLM's names (untyped: Any), None where this vLLM lacks one; require_seam raises on a None
+    # (on a CustomOp without register_oot too).
+    method_base: Any = getattr(methods, METHOD_NAME, None)
+    experts_base: Any = getattr(triton, "TritonExperts", None)
+    op_class: Any = getattr(custom_op, "CustomOp", None)
+    registry: Any = getattr(custom_op, "op_registry_oot", None)
     require_seam("MoE re-route", {f"{METHOD_MODULE}.{METHOD_NAME}": method_base,
                                   f"{TRITON_MODULE}.TritonExperts": experts_base,
                                   f"{CUSTOM_OP_MODULE}.CustomOp.register_oot": getattr(op_class, "register_oot", None),
@@ -104,7 +106,8 @@ def _register() -> None:
         experts_cls = _experts_class(experts_base)
         method_cls = _method_class(method_base, experts_base, experts_cls)
         op_class.register_oot(method_cls, name=METHOD_NAME)
-        method_cls.name = getattr(method_base, "name", METHOD_NAME)  # vLLM's custom-op name, for custom_ops
+        # vLLM's custom-op name, for custom_ops
+        setattr(method_cls, "name", getattr(method_base, "name", METHOD_NAME))
         state.method_class, state.experts_class, state.base_experts = method_cls, experts_cls, experts_base
         state.registry = registry
     log.info("torch_flydsl: %s replaces vLLM's %s through CustomOp.register_oot: MoE calls whose grouped GEMMs "
@@ -122,7 +125,7 @@ def _uninstall() -> None:
 
 
 def _method_class(method_base: type, experts_base: type, experts_cls: type) -> type:
-    class FlyDSLUnquantizedFusedMoEMethod(method_base):  # type: ignore[misc, valid-type]
+    class FlyDSLUnquantizedFusedMoEMethod(method_base):  # type: ignore[misc, valid-type, unused-ignore]
         """vLLM's unquantized MoE method; when vLLM picks ``TritonExperts``, its experts are
         ``FlyDSLTritonExperts`` (``torch_flydsl.integrations.vllm.moe``)."""
 
@@ -136,7 +139,7 @@ def _method_class(method_base: type, experts_base: type, experts_cls: type) -> t
 
 
 def _experts_class(base: type) -> type:
-    class FlyDSLTritonExperts(base):  # type: ignore[misc, valid-type]
+    class FlyDSLTritonExperts(base):  # type: ignore[misc, valid-type, unused-ignore]
         """vLLM's ``TritonExperts``, with the calls whose grouped GEMMs the torch_flydsl dispatch
         table names served by FlyDSL's grouped GEMM."""
 

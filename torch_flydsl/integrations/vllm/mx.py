@@ -112,10 +112,11 @@ def _register() -> None:
     quant = importlib.import_module(QUANT_MODULE)
     from vllm.platforms import PlatformEnum
 
-    base = getattr(native, BASE_NAME, None)
-    table = getattr(linear, "_POSSIBLE_MXFP8_KERNELS", None)
-    register = getattr(linear, "register_linear_kernel", None)
-    quantize = getattr(quant, "mxfp8_e4m3_quantize", None)
+    # vLLM's names (untyped: Any), None where this vLLM lacks one; require_seam raises on a None.
+    base: Any = getattr(native, BASE_NAME, None)
+    table: Any = getattr(linear, "_POSSIBLE_MXFP8_KERNELS", None)
+    register: Any = getattr(linear, "register_linear_kernel", None)
+    quantize: Any = getattr(quant, "mxfp8_e4m3_quantize", None)
     require_seam("MXFP8 re-route", {f"{NATIVE_MODULE}.{BASE_NAME}": base,
                                     f"{KERNELS_MODULE}._POSSIBLE_MXFP8_KERNELS": table,
                                     f"{KERNELS_MODULE}.register_linear_kernel": register,
@@ -194,7 +195,7 @@ def _kernel_class(base: type) -> type:
 
     op = getattr(torch.ops.torch_flydsl, OP_NAME)
 
-    class FlyDSLMxfp8LinearKernel(base):  # type: ignore[misc, valid-type]
+    class FlyDSLMxfp8LinearKernel(base):  # type: ignore[misc, valid-type, unused-ignore]
         """vLLM's native gfx950 MXFP8 linear kernel, with the layers the torch_flydsl dispatch
         table names served by FlyDSL's MX scaled GEMM (``torch_flydsl.integrations.vllm.mx``)."""
 
