@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import warnings
 from typing import Any, Optional
@@ -175,21 +176,24 @@ def _say(level, key, msg, *args) -> None:
 # eligibility only); a repeated call pays one dict probe. Bounded: cleared when full.
 _DEVICE_GATES: dict = {}
 _DEVICE_GATES_MAX = 256
+_MISS = object()
+_environ = os.environ
 
 
 def _device_gate(override, args: tuple, kwargs: dict) -> Optional[str]:
     """Why this call's device is not the plugin's (no gfx950, the wrong executor) or why the
     coexistence rule leaves the op to torch's in-tree backend on it; None: the family decides.
-    The device is the first argument's (every overridden op's first operand is a tensor)."""
-    from . import config
-
+    The device is the first argument's (every overridden op's first operand is a tensor). A
+    repeated call costs one dict probe, keyed by the executor setting as spelled in the
+    environment (validating it is left to the miss)."""
     first = args[0] if args else next(iter(kwargs.values()), None)
     device = getattr(first, "device", None)
     if device is None:
         return None
-    key = (override.serving, device, config.executor())
-    if key in _DEVICE_GATES:
-        return _DEVICE_GATES[key]
+    key = (override.serving, device, _environ.get("TORCH_FLYDSL_EXECUTOR"))
+    why = _DEVICE_GATES.get(key, _MISS)
+    if why is not _MISS:
+        return why
     from .runtime.launch_guard import device_decline
 
     why = device_decline(device)

@@ -41,7 +41,8 @@ RMS_NORM = UserOp(
 )
 
 _ARGS = ("input", "normalized_shape", "weight", "eps")
-# Per-call decisions by call metadata (shapes, strides, dtypes, offsets, device, eps, executor):
+# Per-call decisions by call metadata (shapes, strides, dtypes, offsets, device, eps; the
+# device and coexistence rules are torch_flydsl.eager's, applied before this):
 # the decline path of a repeated call is one dict lookup. Bounded: cleared when full.
 _DECISIONS: dict = {}
 _DECISIONS_MAX = 4096
@@ -56,7 +57,7 @@ class RmsNormCall:
     rstd: Any
 
 
-def _decide(x, normalized_shape, weight, eps, executor: str):
+def _decide(x, normalized_shape, weight, eps):
     """``(config, problem)`` or a Decline for this call's metadata (uncached)."""
     from ..base import Decline
     from .config import configs_for
@@ -71,19 +72,18 @@ def _decide(x, normalized_shape, weight, eps, executor: str):
     return fitting[0], problem
 
 
-# (config.executor, Decline) and launcher.outputs_for, bound on the first call (not at ``import torch``).
+# Decline and launcher.outputs_for, bound on the first call (not at ``import torch``).
 _lazy: Any = None
 _outputs_for: Any = None
 
 
 def _bind() -> None:
     global _lazy, _outputs_for
-    from ... import config
     from ..base import Decline
     from .launcher import outputs_for
 
     _outputs_for = outputs_for
-    _lazy = (config.executor, Decline)
+    _lazy = Decline
 
 
 # ---- CPU stand-ins for what a ROCm build routes natively (emulator / reference-standin only) ----
@@ -124,19 +124,18 @@ class RmsNorm(KernelFamily):
         or a Decline with the reason."""
         if _lazy is None:
             _bind()
-        executor_of, Decline = _lazy
+        Decline = _lazy
         if kwargs:
             v = dict(zip(_ARGS, args), **kwargs)
             x, shape, weight, eps = v["input"], v["normalized_shape"], v.get("weight"), v.get("eps")
         else:
             x, shape, weight, eps = (tuple(args) + (None, None))[:4]
-        executor = executor_of()
         w_key = None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.device,
                                              weight.storage_offset())
-        key = (x.shape, x.stride(), x.dtype, x.device, x.storage_offset() % 16, tuple(shape), w_key, eps, executor)
+        key = (x.shape, x.stride(), x.dtype, x.device, x.storage_offset() % 16, tuple(shape), w_key, eps)
         decided = _DECISIONS.get(key)
         if decided is None:
-            decided = _decide(x, shape, weight, eps, executor)
+            decided = _decide(x, shape, weight, eps)
             if len(_DECISIONS) >= _DECISIONS_MAX:
                 _DECISIONS.clear()
             _DECISIONS[key] = decided
