@@ -6,13 +6,16 @@ set of rules. Every "no" is a ``Decline`` whose reason a user can read.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import torch
 
 from ..base import ALIGN_BYTES, BUFFER_SPAN_LIMIT, INT32_MAX, Decline, TensorMeta, check_aligned, check_span, dtype_name
 from ..gemm.majors import leading_stride, major_of
-from .problem import GemmProblem
+from .problem import BiasKind, GemmProblem
+
+if TYPE_CHECKING:
+    from .problem import DynamicM
 
 DTYPES = (torch.bfloat16, torch.float16)
 K_VECTOR = 8  # elements per 16-byte load: a K-contiguous operand's vectors must not straddle K
@@ -37,8 +40,7 @@ def _check_ends_on_a_dword(name: str, t: TensorMeta, contig_dim: str, size: int)
 
 def check_tensors(a, b, out, bias=None) -> Union[GemmProblem, Decline]:
     """``check_problem`` for real (or meta / CPU stand-in) tensors."""
-    of = TensorMeta.of_optional
-    return check_problem(of(a), of(b), of(out), of(bias))
+    return check_problem(TensorMeta.of(a), TensorMeta.of(b), TensorMeta.of(out), TensorMeta.of_optional(bias))
 
 
 def check_problem(
@@ -105,7 +107,7 @@ def check_problem(
         if d:
             return d
 
-    bias_kind = None
+    bias_kind: BiasKind = None
     if bias is not None:
         if bias.dtype != a.dtype:
             return Decline("dtype", f"bias dtype {dtype_name(bias.dtype)} differs from the inputs")
@@ -201,12 +203,13 @@ def check_problem_for_every_m(a: TensorMeta, b: TensorMeta, out: TensorMeta, bia
     if not (facts.geq(out.shape[0], m) and facts.geq(m, out.shape[0])):
         return Decline("shape", f"the output has {out.shape[0]} rows and A has {m}")
 
-    hinted = [None if t is None else _at_hint(t, facts) for t in (a, b, out, bias)]
-    problem = check_problem(*hinted)
+    a_hint = _at_hint(a, facts)
+    problem = check_problem(a_hint, _at_hint(b, facts), _at_hint(out, facts),
+                            None if bias is None else _at_hint(bias, facts))
     if isinstance(problem, Decline):
         if _static(m):
             return problem
-        return Decline(problem.category, f"{problem.reason} (at the size hint M={hinted[0].shape[0]})")
+        return Decline(problem.category, f"{problem.reason} (at the size hint M={a_hint.shape[0]})")
     checks = [("A", a, problem.a_major), ("B", b, problem.b_major), ("output", out, "row")]
     for name, t, major in checks:
         d = _major_for_every_m(name, t, major, facts) or _aligned_for_every_m(name, t, leading_stride(t, major), facts)

@@ -58,12 +58,15 @@ from ..gemm.main_loop import main_loop
 from ..gemm.mma import Mma
 from ..gemm.tile_loads import Operand, TileLoads
 from ..gemm.tile_spec import TileSpec
+from .config import DenseGemmConfig
 
 
 @dataclass(frozen=True)
 class KernelSpec(TileSpec):
     """Everything that selects one compiled kernel (a ``DenseGemmConfig`` as ``cfg``); the other
     properties are derived from it."""
+
+    cfg: DenseGemmConfig  # the pieces read it as a ``TileConfig``; the kernel also reads key, split_k, group_m
 
     @property
     def name(self) -> str:

@@ -34,7 +34,7 @@ class GemmProblem:
 
     @classmethod
     def from_layout(cls, m, n, k, dtype, layout="nt", bias: BiasKind = None) -> "GemmProblem":
-        g = {"n": "row", "t": "col"}
+        g: dict[str, Major] = {"n": "row", "t": "col"}
         return cls(m, n, k, dtype, g[layout[0]], g[layout[1]], bias)
 
 

@@ -24,8 +24,8 @@ def reference(
     ``device`` (default CPU) is where to compute: the operands' own device avoids host copies,
     which CUDA-graph capture forbids.
     """
-    device = device or "cpu"
-    out = alpha * (a.detach().to(device, torch.float64) @ b.detach().to(device, torch.float64))
+    where = device or "cpu"
+    out = alpha * (a.detach().to(where, torch.float64) @ b.detach().to(where, torch.float64))
     if bias is not None:
-        out = out + beta * bias.detach().to(device, torch.float64)
+        out = out + beta * bias.detach().to(where, torch.float64)
     return out

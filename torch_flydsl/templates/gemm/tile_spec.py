@@ -6,14 +6,14 @@ the pieces it reuses (the grouped kernel per tile; the scaled kernel with a ``Ti
 """
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import flydsl.expr as fx
 import torch
 
 from .geometry import MMA_K, MMA_M, MMA_N, VEC
 from .limits import WAVE_SIZE
-from .majors import blas_layout
+from .majors import Major, blas_layout
 
 
 class TileConfig(Protocol):
@@ -67,7 +67,8 @@ class TileSpec:
 
     @property
     def layout(self) -> str:
-        return blas_layout(self.a_major, self.b_major)
+        # a_major/b_major stay str (the grouped spec hands its b_major over as one); each is "row" or "col".
+        return blas_layout(cast(Major, self.a_major), cast(Major, self.b_major))
 
     # "K-contiguous" per operand, in the (rows, K) view the MMA uses: A is (M, K), B is (N, K).
     @property

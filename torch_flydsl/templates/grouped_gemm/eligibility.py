@@ -91,8 +91,8 @@ def check_problem(
 
 def check_tensors(a, b, offs, out, bias=None) -> Union[GroupedGemmProblem, Decline]:
     """``check_problem`` for real (or meta / CPU stand-in) tensors; ``offs`` may be None."""
-    of = TensorMeta.of_optional
-    return check_problem(of(a), of(b), of(offs), of(out), of(bias))
+    of, of_optional = TensorMeta.of, TensorMeta.of_optional
+    return check_problem(of(a), of(b), of_optional(offs), of(out), of_optional(bias))
 
 
 def _check_batched(a, b, offs, out, bias, out_dtype) -> Union[GroupedGemmProblem, Decline]:

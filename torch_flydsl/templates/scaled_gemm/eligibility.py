@@ -136,6 +136,7 @@ def check_problem(
     if d:
         return d
     fa, fb = format_of(a.dtype), format_of(b.dtype)
+    assert fa is not None and fb is not None  # _check_format passed for both
     m, k = a.shape[0], a.shape[1] * fa.values_per_byte
     k_b, n = b.shape[0] * fb.values_per_byte, b.shape[1]
     if k != k_b or tuple(out.shape) != (m, n):

@@ -31,8 +31,8 @@ from .problem import ScaledGemmProblem
 
 def checked_problem(a, b, scale_a, scale_b, out, bias=None) -> ScaledGemmProblem:
     """The family's eligibility gate for direct callers; raises ``ValueError`` with its reason."""
-    of = TensorMeta.of_optional
-    problem = check_problem(of(a), of(b), of(scale_a), of(scale_b), of(out), of(bias))
+    of = TensorMeta.of
+    problem = check_problem(of(a), of(b), of(scale_a), of(scale_b), of(out), TensorMeta.of_optional(bias))
     if isinstance(problem, Decline):
         raise ValueError(f"scaled GEMM declines these operands: {problem}")
     return problem

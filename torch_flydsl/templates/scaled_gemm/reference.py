@@ -113,8 +113,8 @@ def reference(
 ) -> torch.Tensor:
     """``(A * 2^scale_a) @ (B * 2^scale_b) [+ bias]`` in float64 (``[M, N]``), operands as
     ``compile_args`` takes them. ``device`` (default CPU) is where to compute."""
-    device = device or "cpu"
-    mv = lambda t: t.detach().to(device)  # noqa: E731
+    where = device or "cpu"
+    mv = lambda t: t.detach().to(where)  # noqa: E731
     out = ieee_matmul(dequantize(mv(a), mv(scale_a), 1), dequantize(mv(b), mv(scale_b), 0))
     if bias is not None:
         out = out + mv(bias).to(torch.float64)
