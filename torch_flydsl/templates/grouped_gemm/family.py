@@ -151,7 +151,7 @@ class GroupedGemm(KernelFamily):
         return self.unit(cfg, dtype, f"b{problem.b_major}", form)
 
     def placeholder_call(self, cfg, problem, has_bias: Optional[bool] = None):
-        """``(jit_fn, args)`` compiling ``variant_id``'s kernel for the MoE forward form (A [T, K]
+        """``(jit_fn, args)`` compiling ``compiled_unit``'s kernel for the MoE forward form (A [T, K]
         x B [G, K, N], int32 offs) with meta tensors; other forms are not precompiled yet."""
         import torch
 

@@ -300,7 +300,7 @@ class ScaledGemm(KernelFamily):
         return self.unit(cfg, f"{problem.a_format}.{problem.b_format}", out, f"bias{int(bias)}")
 
     def placeholder_call(self, cfg, problem, has_bias: Optional[bool] = None):
-        """``(jit_fn, args)`` compiling ``variant_id``'s kernel as a device call traces it (meta
+        """``(jit_fn, args)`` compiling ``compiled_unit``'s kernel as a device call traces it (meta
         tensors in ``torch._scaled_mm``'s layout stand in: nothing is allocated or launched)."""
         from dataclasses import replace
 
