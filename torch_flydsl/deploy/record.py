@@ -8,7 +8,8 @@ Two ways:
 - ``TORCH_FLYDSL_RECORD_SHAPES=FILE`` records, in every process, each GEMM shape that reaches
   the plugin: Inductor nodes it is offered (``torch.compile`` with max-autotune) and calls of the
   vLLM re-routes (unquantized linear layers as ``mm``, MXFP8 linear layers as ``scaled_mm``).
-  Each process merges its shapes into ``FILE`` at exit, under a file lock, atomically.
+  Each process merges its shapes into ``FILE`` when it ends (``multiprocessing`` workers
+  included, which skip ``atexit``: ``deploy.at_exit``), under a file lock, atomically.
 
 Shapes in a dtype or layout the family cannot take are left out (counted in
 ``Recorder.skipped``).
@@ -16,7 +17,6 @@ Shapes in a dtype or layout the family cannot take are left out (counted in
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import threading
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..dispatch_table import _ENV_DATA
+from . import at_exit
 from .spec import Shape, SpecError
 
 ENV = "TORCH_FLYDSL_RECORD_SHAPES"
@@ -133,11 +134,13 @@ def note_shape(shape: Optional[Shape]) -> None:
     if not path:
         return
     global _process
-    if _process is None:
+    if _process is None or not at_exit.registered_here(ENV):
         with _process_lock:
-            if _process is None:
+            if _process is None or not at_exit.registered_here(ENV):
+                # First note in this process; in a forked child the inherited recorder holds the
+                # parent's shapes (the parent saves those), so the child starts its own.
                 _process = Recorder()
-                atexit.register(_save_at_exit, path)
+                at_exit.on_exit(ENV, _save_at_exit, path)
     try:
         _process.note(shape)
     except Exception:

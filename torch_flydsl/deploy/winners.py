@@ -17,11 +17,12 @@ reads shapes from metas only, never from Inductor's IR (``deploy`` does not impo
 
 from __future__ import annotations
 
-import atexit
 import functools
 import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from . import at_exit
 
 if TYPE_CHECKING:
     from ..templates.base import TensorMeta
@@ -40,15 +41,18 @@ def ensure_installed(meta_of: MetaOf) -> None:
     turns each of Inductor's input nodes into a ``TensorMeta`` (``inductor.offer.tensor_meta``)."""
     global _installed_for
     path = os.environ.get(ENV)
-    if not path or _installed_for is not None:
+    if not path or (_installed_for is not None and at_exit.registered_here(ENV)):
         return
     with _lock:
-        if _installed_for is not None:
+        if _installed_for is not None and at_exit.registered_here(ENV):
             return
-        from torch._inductor import select_algorithm
+        if _installed_for is None:  # a forked child keeps its parent's saver (and its entries)
+            from torch._inductor import select_algorithm
 
-        select_algorithm.add_feedback_saver(functools.partial(_feedback, meta_of))
-        atexit.register(_save, path)
+            select_algorithm.add_feedback_saver(functools.partial(_feedback, meta_of))
+        else:
+            _entries.clear()  # a forked child: the parent saves what it found
+        at_exit.on_exit(ENV, _save, path)
         _installed_for = path
 
 
