@@ -210,6 +210,11 @@ class DispatchTable:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def named_weights(self) -> frozenset:
+        """Every ``(op, dtype, n, k, groups)`` weight some entry names (``dtype`` as a lookup
+        passes it)."""
+        return self._weights
+
     def names_weight(self, op: str, dtype, n: int, k: int, groups: int = 0) -> bool:
         """Whether any entry (any M, bias or not) is for an ``[N, K]`` weight of ``op`` and
         ``dtype``: what a caller that decides once per layer, before M is known, asks."""

@@ -318,11 +318,27 @@ def test_the_fingerprint_enters_vllms_compile_cache_key(seam, env, tmp_path):
     reroute_on(env, tmp_path, "reference-standin", (M, False))
     factors = seam.envs.compile_factors()
     fp = factors[hook.FINGERPRINT_KEY]
-    assert "torch_flydsl/" in fp and "flydsl/" in fp and "TORCH_FLYDSL_VLLM=1" in fp and "sha256:" in fp
-    # a new table content, a knob that changes generated code: another key
-    table_file(tmp_path / "table.json", (M, False), (M + 1, False))
-    assert seam.envs.compile_factors()[hook.FINGERPRINT_KEY] != fp
+    assert "torch_flydsl/" in fp and "flydsl/" in fp and "TORCH_FLYDSL_VLLM=1" in fp
+    assert "load-time routes=none" in fp  # the table names no MXFP8 weight: no layer routes at load
+    # Entries read per call (another M, bias, config) keep the key, and vLLM's compiled graphs.
+    # (A process reads its table once per setting: each edit below is a new file, as the next
+    # served start would see it.)
+    env.setenv("TORCH_FLYDSL_DISPATCH_TABLE", table_file(tmp_path / "more.json", (M, False), (M + 1, True)))
+    assert seam.envs.compile_factors()[hook.FINGERPRINT_KEY] == fp
+    # A weight an MXFP8 layer routes on at load changes the traced graph: another key.
+    table = json.loads((tmp_path / "more.json").read_text())
+    table["entries"].append({"op": "scaled_mm", "dtype": "mxfp8", "m": 32, "n": 4096, "k": 4096,
+                             "config": "mx_m32n64k256_w1x2_s3_g0"})
+    (tmp_path / "mx.json").write_text(json.dumps(table))
+    env.setenv("TORCH_FLYDSL_DISPATCH_TABLE", str(tmp_path / "mx.json"))
     fp2 = seam.envs.compile_factors()[hook.FINGERPRINT_KEY]
+    assert fp2 != fp and "load-time routes=sha256:" in fp2
+    # Recording routes every MXFP8 layer through the plugin's op: another key.
+    env.setenv("TORCH_FLYDSL_RECORD_SHAPES", str(tmp_path / "shapes.json"))
+    assert seam.envs.compile_factors()[hook.FINGERPRINT_KEY] != fp2
+    env.delenv("TORCH_FLYDSL_RECORD_SHAPES")
+    assert seam.envs.compile_factors()[hook.FINGERPRINT_KEY] == fp2
+    # A knob that changes generated code: another key.
     env.setenv("TORCH_FLYDSL_AUTOTUNE", "exhaustive")
     assert seam.envs.compile_factors()[hook.FINGERPRINT_KEY] != fp2
     if seam.name == "vllm-0.33":

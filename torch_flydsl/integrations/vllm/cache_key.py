@@ -8,11 +8,14 @@ public ``vllm.envs.environment_variables`` dict (minus a fixed ignore list) and 
 the regular and the AOT path; it is the one factor a plugin can extend without patching vLLM.
 ``install_fingerprint`` adds one entry, ``TORCH_FLYDSL_FINGERPRINT``, whose getter returns
 ``fingerprint()``: plugin version, flydsl version and kernel versions, the parsed
-``config.cache_key_knobs()``, the SHA-256 of the dispatch table file's content and
-``TORCH_FLYDSL_VLLM``. A change to any of them gives a new cache directory; vLLM records the
-value in that directory's ``cache_key_factors.json``. (The re-route itself is decided at run
-time inside the opaque op, so a cached graph never embeds it; the key matters for graphs that
-Inductor lowered with FLYDSL among its GEMM backends, which call ``torch.ops.torch_flydsl.*``.)
+``config.cache_key_knobs()``, what of the dispatch table shapes traced graphs (the weights it
+names for the ops a layer routes at weight load, MXFP8 linear today), whether shapes are being
+recorded (then every such layer routes) and ``TORCH_FLYDSL_VLLM``. A change to any of them gives
+a new cache directory; vLLM records the value in that directory's ``cache_key_factors.json``.
+The table's configs and M ranges are not in it: every re-route reads them per call inside an
+opaque op, so editing them reuses vLLM's compiled graphs. (The knobs matter for graphs that
+Inductor lowered with FLYDSL among its GEMM backends, which call ``torch.ops.torch_flydsl.*``;
+``TORCH_FLYDSL_RUN_ONLY`` is among them because it limits the configs such a graph can embed.)
 The entry is added whenever vLLM loads the plugin (``vllm_register``), with or without the
 re-route: Inductor-lowered FLYDSL graphs need it either way.
 A vLLM whose ``envs`` has no ``compile_factors`` gets a warning naming the directory to clear.
@@ -24,7 +27,7 @@ import hashlib
 import os
 import sys
 
-from .common import KNOB, arm, enabled
+from .common import KNOB, LOAD_TIME_ROUTED_OPS, arm, enabled
 
 ENVS_MODULE = "vllm.envs"
 FINGERPRINT_KEY = "TORCH_FLYDSL_FINGERPRINT"
@@ -38,19 +41,17 @@ def install_fingerprint() -> None:
     arm(ARM_NAME, ENVS_MODULE, _register_fingerprint, "compile-cache fingerprint not added")
 
 
-def _table_digest() -> str:
-    """SHA-256 of the dispatch table file in use (``dispatch_table.active()``'s), or of the file
-    ``TORCH_FLYDSL_DISPATCH_TABLE`` names when that one could not be used."""
-    from ...dispatch_table import ENV, active
+def _routing_digest() -> str:
+    """What of the dispatch table shapes vLLM's traced graphs: the weights it names for the ops
+    routed at weight load (``LOAD_TIME_ROUTED_OPS``), as a short SHA-256 ("none" when it names
+    none, or no table is in use). Configs and M ranges are read per call: editing them, or
+    adding entries for weights already named, keeps the key (and vLLM's compiled graphs)."""
+    from ...dispatch_table import active
 
-    path = active().path or os.environ.get(ENV) or ""
-    if not path:
+    weights = sorted(tuple(map(str, w)) for w in active().named_weights() if w[0] in LOAD_TIME_ROUTED_OPS)
+    if not weights:
         return "none"
-    try:
-        with open(path, "rb") as f:
-            return "sha256:" + hashlib.sha256(f.read()).hexdigest()[:16]
-    except OSError as e:
-        return f"unreadable ({type(e).__name__})"
+    return "sha256:" + hashlib.sha256(repr(weights).encode()).hexdigest()[:16]
 
 
 def fingerprint() -> str:
@@ -58,12 +59,13 @@ def fingerprint() -> str:
     plugin that changes what compiled or re-routed code runs. Stable across processes."""
     try:
         from ... import config
-        from ...dispatch_table import ENV
+        from ...deploy.record import ENV as RECORD_ENV, recording
         from ...fingerprint import fingerprint as versions
 
         parts = ["/".join(versions())]
         parts += [f"{name}={value}" for name, value in config.cache_key_knobs()]
-        parts.append(f"{ENV}={_table_digest()}")
+        parts.append(f"load-time routes={_routing_digest()}")
+        parts.append(f"{RECORD_ENV}={int(recording())}")
         parts.append(f"{KNOB}={int(enabled())}")
         return ";".join(parts)
     except Exception as e:  # noqa: BLE001 - vLLM would drop a factor whose getter raises

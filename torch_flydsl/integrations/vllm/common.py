@@ -17,6 +17,11 @@ from torch_flydsl_boot import env_flag
 from ..._log import log
 
 KNOB = "TORCH_FLYDSL_VLLM"
+# The table ops whose route a layer fixes once, at weight load (``mx``: a layer the table names
+# calls the plugin's op in the traced graph, any other keeps vLLM's kernel): the weights the
+# table names for them, and whether shapes are being recorded (then every layer routes), change
+# vLLM's traced graphs. Every other re-route decides per call inside an opaque op.
+LOAD_TIME_ROUTED_OPS = ("scaled_mm",)
 
 _lock = threading.Lock()
 _armed: set = set()  # the names arm() has armed in this process

@@ -63,7 +63,7 @@ import types
 from typing import Any, Optional
 
 from ..._log import log
-from .common import KNOB, _say, arm, armed, batch_invariant, enabled, guarded_serve, require_seam
+from .common import KNOB, LOAD_TIME_ROUTED_OPS, _say, arm, armed, batch_invariant, enabled, guarded_serve, require_seam
 
 KERNELS_MODULE = "vllm.model_executor.kernels.linear"
 NATIVE_MODULE = "vllm.model_executor.kernels.linear.mxfp8.rocm_native"
@@ -185,7 +185,7 @@ def routable(weight, weight_scale) -> Optional[str]:
         return "VLLM_BATCH_INVARIANT"
     if recording():
         return None  # every call reaches the op, which records it (and keeps vLLM's kernel on a miss)
-    if not dispatch_table.active().names_weight("scaled_mm", FORMAT, n, k):
+    if not dispatch_table.active().names_weight(LOAD_TIME_ROUTED_OPS[0], FORMAT, n, k):
         return "no dispatch-table entry for this [N, K]"
     return None
 
