@@ -51,6 +51,34 @@ def test_doctor_says_who_serves_each_op_here_and_on_a_gfx950(doctor):
     assert set(rows) >= {"rms_norm", "topk"}
 
 
+def test_doctor_has_a_vllm_section_and_json_with_the_same_answers(tmp_path):
+    import json
+
+    from torch_flydsl import dispatch_table as dt
+
+    table = tmp_path / "t.json"
+    dt.DispatchTable([dt.Entry("mm", "bfloat16", "nt", False, 16, 4096, 4096, "m16n64k128_w1x4_s3_g0_sk4"),
+                      dt.Entry("mm", "bfloat16", "nt", True, 16, 4096, 4096, "m16n64k128_w1x4_s3_g0_sk4"),
+                      dt.Entry("scaled_mm", "mxfp8", "nt", False, 32, 4096, 4096, "mx_m32n64k256_w1x2_s3_g0")]).save(table)
+    env = {"TORCH_FLYDSL_DISPATCH_TABLE": str(table), "TORCH_FLYDSL_VLLM": "1",
+           "TORCH_FLYDSL_RECORD_SHAPES": str(tmp_path / "shapes.json")}
+    out = cli("doctor", env=env)
+    vllm = out.split("\nvLLM:\n", 1)[1]
+    assert "TORCH_FLYDSL_VLLM" in vllm and "on: vLLM arms the re-routes" in vllm
+    assert "none (this is not a vLLM process)" in vllm
+    assert "TORCH_FLYDSL_RECORD_SHAPES" in vllm and "compile-cache fingerprint" in vllm  # long values wrap
+    doc = json.loads(cli("doctor", "--json", env=env))
+    assert set(doc) == {"checks", "families", "serving", "vllm"}
+    assert doc["vllm"]["TORCH_FLYDSL_RECORD_SHAPES"] == str(tmp_path / "shapes.json")
+    assert doc["vllm"]["dispatch table"].endswith("3 entries (2 mm, 1 scaled_mm)")
+    assert [f["family"] for f in doc["families"]][:2] == ["dense_gemm", "scaled_gemm"]
+    assert doc["families"][0]["serves"] == ["mm", "addmm"]
+    assert {r["op"] for r in doc["serving"]} >= {"mm", "addmm", "scaled_mm_v2", "rms_norm", "topk"}
+    assert doc["checks"]["can launch FlyDSL kernels"].startswith("no")
+    fingerprint = doc["vllm"]["compile-cache fingerprint"]
+    assert "routed-at-load=sha256:" in fingerprint and "TORCH_FLYDSL_RECORD_SHAPES=1" in fingerprint
+
+
 def test_doctor_lists_each_kernel_family_with_its_ops_version_and_curated_configs(doctor):
     from torch_flydsl.templates.dense_gemm.config import CURATED as DENSE, KERNEL_VERSION as DENSE_V
     from torch_flydsl.templates.grouped_gemm.config import CURATED as GROUPED, KERNEL_VERSION as GROUPED_V

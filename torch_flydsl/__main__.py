@@ -6,6 +6,13 @@ import argparse
 import sys
 
 def _cmd_doctor(args) -> int:
+    if args.json:
+        import json
+
+        from .doctor import as_json
+
+        print(json.dumps(as_json(), indent=2))
+        return 0
     from .doctor import report
 
     print(report())
@@ -99,7 +106,10 @@ def _add_explain(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m torch_flydsl", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("doctor", help="versions, hardware, linker, entry point, caches").set_defaults(fn=_cmd_doctor)
+    doc = sub.add_parser("doctor", help="versions, hardware, linker, entry point, caches, families, the vLLM route")
+    doc.add_argument("--json", action="store_true",
+                     help="one JSON object: checks, families, serving (who serves each op), vllm")
+    doc.set_defaults(fn=_cmd_doctor)
     _add_explain(sub)
     d = sub.add_parser("demo", help="compile a small model with FLYDSL candidates; on a CPU: compile-only + emulator")
     d.add_argument("--quick", action="store_true", help="smaller model (CI smoke test)")

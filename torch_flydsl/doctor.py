@@ -191,9 +191,46 @@ def family_rows() -> list[tuple[str, str, str, int]]:
     return out
 
 
+def vllm_rows() -> list[tuple[str, str]]:
+    """The vLLM route (read without importing vLLM): vLLM's version, the re-route knob, which
+    re-routes are armed in this process (vLLM arms them in its own processes when it loads the
+    plugin), the table's entries per op, recording, and the plugin's compile-cache fingerprint."""
+    from .deploy import record, winners
+    from .integrations.vllm import cache_key, common
+
+    armed = common.armed_names()
+    if common.enabled():
+        knob = "on: vLLM arms the re-routes when it loads the plugin (vllm.general_plugins entry point)"
+    else:
+        knob = "off: vLLM's own kernels serve every layer"
+    return [
+        ("vLLM", _version("vllm")),
+        (common.KNOB, knob),
+        ("re-routes armed in this process", ", ".join(armed) if armed else "none (this is not a vLLM process)"),
+        ("dispatch table", _dispatch_table()),
+        (record.ENV, os.environ.get(record.ENV) or "off"),
+        (winners.ENV, os.environ.get(winners.ENV) or "off"),
+        ("compile-cache fingerprint", cache_key.fingerprint()),
+    ]
+
+
+def as_json() -> dict:
+    """``doctor --json``: the same report as one JSON object."""
+    return {
+        "checks": dict(rows()),
+        "families": [{"family": f, "serves": s.split(", "), "kernel_version": v, "curated_configs": n}
+                     for f, s, v, n in family_rows()],
+        "serving": [{"op": op, "served_here": here, "on_gfx950": mi350, "why": why}
+                    for op, here, mi350, why in serving_rows()],
+        "vllm": dict(vllm_rows()),
+    }
+
+
 def report() -> str:
     table = tabulate(rows(), tablefmt="plain")
     fams = tabulate(family_rows(), headers=["family", "serves", "kernel version", "curated configs"])
     serving = tabulate(serving_rows(), headers=["op", "served here", "on a gfx950", "why"], maxcolwidths=[None, None, None, 90])
+    vllm = tabulate(vllm_rows(), tablefmt="plain", maxcolwidths=[None, 100])
     return (f"{table}\n\nKernel families:\n{fams}\n\n"
-            f"Who serves each op (Inductor ops: when FLYDSL is requested under max-autotune):\n{serving}")
+            f"Who serves each op (Inductor ops: when FLYDSL is requested under max-autotune):\n{serving}\n\n"
+            f"vLLM:\n{vllm}")

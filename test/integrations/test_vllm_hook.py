@@ -319,7 +319,7 @@ def test_the_fingerprint_enters_vllms_compile_cache_key(seam, env, tmp_path):
     factors = seam.envs.compile_factors()
     fp = factors[hook.FINGERPRINT_KEY]
     assert "torch_flydsl/" in fp and "flydsl/" in fp and "TORCH_FLYDSL_VLLM=1" in fp
-    assert "load-time routes=none" in fp  # the table names no MXFP8 weight: no layer routes at load
+    assert "routed-at-load=none" in fp  # the table names no MXFP8 weight: no layer routes at load
     # Entries read per call (another M, bias, config) keep the key, and vLLM's compiled graphs.
     # (A process reads its table once per setting: each edit below is a new file, as the next
     # served start would see it.)
@@ -332,7 +332,7 @@ def test_the_fingerprint_enters_vllms_compile_cache_key(seam, env, tmp_path):
     (tmp_path / "mx.json").write_text(json.dumps(table))
     env.setenv("TORCH_FLYDSL_DISPATCH_TABLE", str(tmp_path / "mx.json"))
     fp2 = seam.envs.compile_factors()[hook.FINGERPRINT_KEY]
-    assert fp2 != fp and "load-time routes=sha256:" in fp2
+    assert fp2 != fp and "routed-at-load=sha256:" in fp2
     # Recording routes every MXFP8 layer through the plugin's op: another key.
     env.setenv("TORCH_FLYDSL_RECORD_SHAPES", str(tmp_path / "shapes.json"))
     assert seam.envs.compile_factors()[hook.FINGERPRINT_KEY] != fp2

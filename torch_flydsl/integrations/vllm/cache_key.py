@@ -64,7 +64,7 @@ def fingerprint() -> str:
 
         parts = ["/".join(versions())]
         parts += [f"{name}={value}" for name, value in config.cache_key_knobs()]
-        parts.append(f"load-time routes={_routing_digest()}")
+        parts.append(f"routed-at-load={_routing_digest()}")
         parts.append(f"{RECORD_ENV}={int(recording())}")
         parts.append(f"{KNOB}={int(enabled())}")
         return ";".join(parts)

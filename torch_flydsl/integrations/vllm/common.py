@@ -52,6 +52,11 @@ def armed(name: str) -> bool:
     return name in _armed
 
 
+def armed_names() -> tuple[str, ...]:
+    """The names ``arm`` ran for in this process, sorted."""
+    return tuple(sorted(_armed))
+
+
 def disarm_all() -> None:
     """Forget every ``arm`` (tests: ``integrations.vllm._uninstall``)."""
     with _lock:
