@@ -21,11 +21,11 @@ def _cmd_doctor(args) -> int:
 
 def _explanation(args):
     """``(explanation, its field values)`` for the parsed ``explain OP ...`` command line."""
-    from .explain import explain, read_values
+    from .explain import explain_values, read_values
 
     given = {name: getattr(args, name) for name in args.fields}
     family, user, values = read_values(args.op, (), given)
-    return explain(args.op, breadth=args.breadth, **given), family, user, values
+    return explain_values(family, user, values, args.breadth), family, user, values
 
 
 def _cmd_explain(args) -> int:

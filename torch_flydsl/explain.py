@@ -41,16 +41,12 @@ def problem_json(problem: Any) -> Optional[dict]:
 
 def lds_bytes(op: str, cfg: Any, problem: Any) -> int:
     """A config's static LDS for this problem (the family knows what it depends on)."""
-    return _family(op).lds_bytes(cfg, problem)
+    return require_family(op).lds_bytes(cfg, problem)
 
 
 def workgroups(op: str, cfg: Any, problem: Any) -> Optional[int]:
     """Workgroups a config launches for this problem, where the family says (None otherwise)."""
-    return _family(op).workgroups(cfg, problem)
-
-
-def _family(op: str):
-    return require_family(op)
+    return require_family(op).workgroups(cfg, problem)
 
 
 @dataclass
@@ -116,7 +112,7 @@ def read_values(op: str, args: tuple = (), kwargs: Optional[dict] = None):
         known = ", ".join(u.name for _, u in user_ops())
         raise ValueError(f"no kernel family knows op {op!r} (known: {known})")
     family, user = found
-    fields = user.sizes + tuple(f for f in user.fields if EXPLAIN in f.formats)
+    fields = user.all_fields(EXPLAIN)
     if len(args) > len(fields):
         raise TypeError(f"explain {op}: {len(args)} positional values for {len(fields)} fields")
     raw = dict(zip((f.name for f in fields), args))
@@ -128,14 +124,11 @@ def read_values(op: str, args: tuple = (), kwargs: Optional[dict] = None):
     if unknown:
         raise TypeError(f"explain {op}: unknown argument(s) {', '.join(unknown)} "
                         f"(fields: {', '.join(f.name for f in fields)})")
-    values = dict(user.aliases.get(op, {}))
-    for f in fields:
-        if f.name in raw:
-            values[f.name] = f.coerce(_value(raw[f.name]), explain=True)
-        elif f.name not in values:
-            if f.required:
-                raise TypeError(f"explain {op}: missing {f.name}")
-            values[f.name] = f.default
+    preset = user.aliases.get(op, {})
+    missing = [f.name for f in fields if f.required and f.name not in raw and f.name not in preset]
+    if missing:
+        raise TypeError(f"explain {op}: missing {', '.join(missing)}")
+    values = user.read({name: _value(v) for name, v in raw.items()}, EXPLAIN, preset)
     return family, user, values
 
 
@@ -146,6 +139,11 @@ def explain(op: str, *args: Any, breadth: Optional[str] = None, **kwargs: Any) -
     the op's fields (``python -m torch_flydsl explain OP --help`` lists them). Assumes FLYDSL is
     requested under max-autotune. ``explain_<op>(...)`` is the same call."""
     family, user, values = read_values(op, args, kwargs)
+    return explain_values(family, user, values, breadth)
+
+
+def explain_values(family, user, values: dict, breadth: Optional[str] = None) -> Explanation:
+    """``explain`` for values ``read_values`` checked."""
     serving = family.serving_for(user.name, values)
     ex = _explain(serving, family, family.problem_for(user.name, values), breadth)
     ex.user_op, ex.values = user.name, values

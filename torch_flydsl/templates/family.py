@@ -210,7 +210,7 @@ class KernelFamily:
         return Decline("shape", f"{self.name} kernels need static shapes")
 
     def supports_symbolic(self) -> bool:
-        return type(self).problem_from_symbolic_metas is not KernelFamily.problem_from_symbolic_metas
+        return overridden(self, "problem_from_symbolic_metas")
 
     def scalars_from_node(self, aten_op: str, target: str, args: tuple, kwargs: dict) -> dict:
         """Non-tensor arguments of the FX node being lowered that the gate needs (Inductor
@@ -310,7 +310,7 @@ class KernelFamily:
         raise NotImplementedError
 
     def precompiles(self) -> bool:
-        return type(self).placeholder_call is not KernelFamily.placeholder_call
+        return overridden(self, "placeholder_call")
 
     def unit(self, cfg: Any, *traits: str) -> CompiledUnit:
         return CompiledUnit(self.name, self.kernel_version, cfg.key(), tuple(traits))

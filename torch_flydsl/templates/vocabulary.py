@@ -137,7 +137,8 @@ class UserOp:
 
     def read(self, raw: Mapping[str, Any], fmt: str, preset: Optional[Mapping[str, Any]] = None) -> dict:
         """The values of ``raw`` (a JSON object's fields, ``op`` excluded) for format ``fmt``,
-        checked and completed with defaults; ``FieldError`` names what is wrong."""
+        checked and completed with defaults; ``FieldError`` names what is wrong. For ``EXPLAIN``
+        each field takes what ``explain`` asks about (``Field.coerce(explain=True)``)."""
         fields = self.all_fields(fmt)
         known = {f.name for f in fields}
         unknown = sorted(set(raw) - known)
@@ -147,7 +148,7 @@ class UserOp:
         values = dict(preset or {})
         for f in fields:
             if f.name in raw:
-                values[f.name] = f.coerce(raw[f.name])
+                values[f.name] = f.coerce(raw[f.name], explain=fmt == EXPLAIN)
             elif f.name in values:
                 continue
             elif f.required:
@@ -155,6 +156,3 @@ class UserOp:
             else:
                 values[f.name] = f.default
         return values
-
-    def defaults(self) -> dict:
-        return {f.name: f.default for f in self.sizes + self.fields if not f.required}
