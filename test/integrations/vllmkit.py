@@ -273,6 +273,10 @@ STANDIN_MOE = {
         '''),
 }
 STANDIN.update(STANDIN_MOE)
+# Further seams' stand-in modules live beside this file, one ``vllmkit_<seam>.py`` per seam, each
+# with a ``STANDIN`` dict of the same form (path -> source).
+for _part in sorted(Path(__file__).parent.glob("vllmkit_*.py")):
+    STANDIN.update(importlib.import_module(_part.stem).STANDIN)
 
 def real_vllm() -> bool:
     return importlib.util.find_spec("vllm") is not None and not getattr(sys.modules.get("vllm"), "_standin", False)
