@@ -79,11 +79,19 @@ KNOBS = (
         "linear layers whose shape TORCH_FLYDSL_DISPATCH_TABLE names run FlyDSL kernels; every other call "
         "keeps vLLM's kernel choice. Also adds the plugin's fingerprint to vLLM's compile-cache key.",
     ),
+    Knob("TORCH_FLYDSL_VLLM_MXFP4", "0", "1 (or true/yes/on), with TORCH_FLYDSL_VLLM=1: MXFP4 (W4A4) linear layers whose "
+         "[N, K] the dispatch table names run the MX scaled GEMM too (opt-in: the plugin quantizes their activations "
+         "and may keep a copy of the checkpoint's weights beside AITER's pre-shuffled one)."),
 )
 
 
 def disabled() -> bool:
     return env_flag("TORCH_FLYDSL_DISABLE")
+
+
+def vllm_mxfp4() -> bool:
+    """``TORCH_FLYDSL_VLLM_MXFP4``: the opt-in MXFP4 linear re-route (default off)."""
+    return env_flag("TORCH_FLYDSL_VLLM_MXFP4")
 
 
 def eager_on() -> bool:

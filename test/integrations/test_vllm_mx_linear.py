@@ -24,6 +24,7 @@ from torch_flydsl import dispatch_table
 from torch_flydsl.integrations import vllm as hook
 from torch_flydsl.integrations.vllm import common
 from torch_flydsl.integrations.vllm import mx as vllm_mx
+from torch_flydsl.integrations.vllm import mx_linear
 
 from vllmkit import module_seam, traced, write_table
 
@@ -31,6 +32,7 @@ CFG = "mx_m32n64k256_w1x2_s3_g0"  # explain scaled_mm 32 64 256 --dtype mxfp8 (b
 M, N, K = 32, 64, 256
 TOLERANCE = 2.0**-7  # bf16 output of exact MX products vs float64: a wrong kernel lands far above
 MX_FILE = vllm_mx.__file__.replace(".pyc", ".py")
+SERVE_FILE = mx_linear.__file__.replace(".pyc", ".py")  # the op body shared with the MXFP4 route
 
 
 @pytest.fixture(scope="module", params=["vllm-0.33", "standin"])
@@ -153,7 +155,7 @@ def activations(m=M, lead=None, bias=False):
 
 
 def ran(codes, name: str) -> bool:
-    return any(c.co_filename == MX_FILE and c.co_name == name for c in codes)
+    return any(c.co_filename in (MX_FILE, SERVE_FILE) and c.co_name == name for c in codes)
 
 
 def rel_err(out, ref) -> float:
@@ -173,7 +175,7 @@ def test_knob_unset_leaves_vllms_mxfp8_kernels_and_choice_unchanged(seam, env, t
     assert type(kernel).__name__ == "RocmDotScaledMxfp8LinearKernel" and not vllm_mx.installed()
     x, _ = activations()
     out, codes = traced(kernel.apply_weights, layer, x, None)
-    assert env.vllm_calls == [((M, K), (N, K))] and not any(c.co_filename == MX_FILE for c in codes)
+    assert env.vllm_calls == [((M, K), (N, K))] and not any(c.co_filename in (MX_FILE, SERVE_FILE) for c in codes)
 
 
 # -- knob on: registration and selection -------------------------------------------------------------
@@ -335,7 +337,7 @@ def test_reference_standin_plumbing_a_bug_of_ours_at_call_time_warns_once_and_vl
     def planted(*args):
         raise KeyError("planted bug")
 
-    env.setattr(vllm_mx, "serve", planted)
+    env.setattr(mx_linear, "serve", planted)
     layer = mx_layer()
     kernel = loaded_kernel(layer)
     x, _ = activations()

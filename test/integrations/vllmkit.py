@@ -90,13 +90,29 @@ STANDIN_MX = {
         from vllm.model_executor.kernels.linear.mxfp8.Mxfp8LinearKernel import Mxfp8LinearLayerConfig
         from vllm.model_executor.kernels.linear.mxfp8.rocm_native import RocmDotScaledMxfp8LinearKernel
 
+        from vllm.model_executor.kernels.linear.mxfp4.aiter import AiterMxfp4LinearKernel
+        from vllm.model_executor.kernels.linear.mxfp4.base import MxFp4LinearLayerConfig
+        from vllm.model_executor.kernels.linear.mxfp4.emulation import EmulationMxfp4LinearKernel
+        from vllm.model_executor.layers.quantization.utils.quant_utils import kMxfp4Static
+
         _POSSIBLE_MXFP8_KERNELS = {PlatformEnum.ROCM: [RocmDotScaledMxfp8LinearKernel]}
+        _POSSIBLE_MXFP4_KERNELS = {PlatformEnum.ROCM: [AiterMxfp4LinearKernel, EmulationMxfp4LinearKernel]}
 
 
         def register_linear_kernel(kernel_class, platform, kernel_type="mp"):
-            if kernel_type != "mxfp8":
+            lists = {"mxfp8": _POSSIBLE_MXFP8_KERNELS, "mxfp4": _POSSIBLE_MXFP4_KERNELS}
+            if kernel_type not in lists:
                 raise ValueError(f"Unrecognized kernel type: {kernel_type}")
-            _POSSIBLE_MXFP8_KERNELS.setdefault(platform, []).append(kernel_class)
+            lists[kernel_type].setdefault(platform, []).append(kernel_class)
+
+
+        def init_mxfp4_linear_kernel(activation_quant_key=None):
+            config = MxFp4LinearLayerConfig(activation_quant_key=activation_quant_key)
+            for cls in _POSSIBLE_MXFP4_KERNELS.get(current_platform._enum, []):
+                if (cls.is_supported()[0] and cls._supports_quant_scheme(kMxfp4Static, activation_quant_key)
+                        and cls.can_implement(config)[0]):
+                    return cls(config)
+            raise ValueError("Failed to find a kernel that can implement the MXFP4 linear layer.")
 
 
         def init_mxfp8_linear_kernel(*, weight_shape, bmm_batch_size=None):

@@ -67,6 +67,7 @@ def fingerprint() -> str:
         parts.append(f"routed-at-load={_routing_digest()}")
         parts.append(f"{RECORD_ENV}={int(recording())}")
         parts.append(f"{KNOB}={int(enabled())}")
+        parts.append(f"TORCH_FLYDSL_VLLM_MXFP4={int(config.vllm_mxfp4())}")  # routes MXFP4 layers at load
         return ";".join(parts)
     except Exception as e:  # noqa: BLE001 - vLLM would drop a factor whose getter raises
         return f"torch_flydsl fingerprint unavailable: {type(e).__name__}: {e}"

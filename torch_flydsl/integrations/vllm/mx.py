@@ -38,24 +38,24 @@ Those layers call ``torch.ops.torch_flydsl.vllm_mxfp8_linear(x2d, weight, weight
 an opaque op (a fake kernel for tracing: vLLM's compiled graphs hold it, M stays symbolic;
 layers whose weights arrive pre-processed, without ``process_weights_after_loading``, keep the
 base's path). At run time it looks M up: a hit quantizes ``x`` with vLLM's own ``mxfp8_e4m3_quantize`` and runs
-the scaled family's ``scaled_mm_out`` through ``ops.try_run`` (bias in the epilogue); a miss,
+the scaled family's ``scaled_mm_out`` through ``ops.try_run`` (bias in the epilogue;
+``mx_linear.serve``, shared with the MXFP4 route); a miss,
 or a kernel that cannot run here (reason logged once at debug), calls the base's
-``apply_weights`` on the same weights, unchanged. The per-layer decision is made at load; the
-table's digest is in vLLM's compile-cache key
-(``integrations.vllm.fingerprint``), so a changed table never reuses a graph.
+``apply_weights`` on the same weights, unchanged. The per-layer decision is made at load, so
+the weights the table names for ``scaled_mm`` go into vLLM's compile-cache key
+(``integrations.vllm.cache_key``: ``routed-at-load``): naming a new weight never reuses a graph
+traced without the op.
 
 With ``--linear-backend`` set, vLLM keeps only the backend's classes and this one drops out;
 ``VLLM_DISABLED_KERNELS=FlyDSLMxfp8LinearKernel`` also turns it off. A vLLM without
 ``register_linear_kernel``, ``_POSSIBLE_MXFP8_KERNELS`` or ``RocmDotScaledMxfp8LinearKernel``
 gets a warning and its own kernels.
 
-Not re-routed: MXFP4 linear layers (the AITER kernel quantizes activations with AITER's own
-kernels and preshuffles weights for its ASM GEMM). Fused MoE: ``integrations.vllm.moe``.
+MXFP4 linear layers: ``integrations.vllm.mxfp4`` (opt-in). Fused MoE: ``integrations.vllm.moe``.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 import threading
@@ -63,7 +63,8 @@ import types
 from typing import Any, Optional
 
 from ..._log import log
-from .common import KNOB, LOAD_TIME_ROUTED_OPS, _say, arm, armed, batch_invariant, enabled, guarded_serve, require_seam
+from . import mx_linear
+from .common import KNOB, _say, arm, armed, enabled, require_seam
 
 KERNELS_MODULE = "vllm.model_executor.kernels.linear"
 NATIVE_MODULE = "vllm.model_executor.kernels.linear.mxfp8.rocm_native"
@@ -72,7 +73,7 @@ BASE_NAME = "RocmDotScaledMxfp8LinearKernel"
 KERNEL_NAME = "FlyDSLMxfp8LinearKernel"
 OP_NAME = "vllm_mxfp8_linear"
 FORMAT = "mxfp8"  # the dispatch table's scaled_mm dtype for e4m3 activations x e4m3 weights
-K_ALIGN = 128  # the base serves fp8 weights with dot_scaled only when K % 128 == 0
+K_ALIGN = mx_linear.K_ALIGN  # the base serves fp8 weights with dot_scaled only when K % 128 == 0
 ROUTE_ATTR = "torch_flydsl_mx_route"  # set on each layer at load: whether the table decides per call
 
 _lock = threading.Lock()
@@ -171,23 +172,12 @@ def routable(weight, weight_scale) -> Optional[str]:
     """Why a layer keeps the base's path whatever M (None: the table decides per call)."""
     import torch
 
-    from ... import dispatch_table
-    from ...deploy.record import recording
-
     if weight.dim() != 2 or weight.dtype != torch.float8_e4m3fn:
         return f"weight is {weight.dtype} {list(weight.shape)}, not an fp8 e4m3 [N, K]"
     n, k = weight.shape
     if weight_scale.dtype != torch.uint8 or weight_scale.dim() != 2 or weight_scale.shape[0] != n:
         return "block-scaled weight (not one E8M0 scale row per weight row)"
-    if k % K_ALIGN:
-        return f"K={k} is not a multiple of {K_ALIGN}"
-    if batch_invariant():
-        return "VLLM_BATCH_INVARIANT"
-    if recording():
-        return None  # every call reaches the op, which records it (and keeps vLLM's kernel on a miss)
-    if not dispatch_table.active().names_weight(LOAD_TIME_ROUTED_OPS[0], FORMAT, n, k):
-        return "no dispatch-table entry for this [N, K]"
-    return None
+    return mx_linear.route_by_table(FORMAT, n, k)
 
 
 def _kernel_class(base: type) -> type:
@@ -231,54 +221,8 @@ def _kernel_class(base: type) -> type:
 
 
 def _op_impl(x, weight, weight_scale, bias=None):
-    out, said = guarded_serve(OP_NAME, serve, x, weight, weight_scale, bias)
-    if log.isEnabledFor(logging.DEBUG):
-        where = f"M={x.shape[0]} N={weight.shape[0]} K={x.shape[1]} {str(x.dtype).replace('torch.', '')} " \
-                f"bias={bias is not None}"
-        _say(logging.DEBUG, (where, said), "%s %s: %s", OP_NAME, where,
-             ("FlyDSL " if out is not None else "vLLM's kernel: ") + said)
-    if out is None:
+    def miss():
         layer = types.SimpleNamespace(weight=weight, weight_scale=weight_scale)
-        out = state.base.apply_weights(state.miss_self, layer, x, bias)
-    return out
+        return state.base.apply_weights(state.miss_self, layer, x, bias)
 
-
-@functools.lru_cache(maxsize=None)
-def _serve_deps():
-    """What ``serve`` needs, imported once (function-level imports cost ~1 us each per call)."""
-    import torch
-
-    from ... import dispatch_table, ops
-    from ...deploy import record
-    from ...registry import family_for
-
-    return torch, dispatch_table.active, ops.try_run, family_for("scaled_mm"), record
-
-
-def serve(x, weight, weight_scale, bias):
-    """(output, config) when FlyDSL ran, else (None, why not). ``x`` is ``[M, K]``."""
-    torch, active, try_run, family, record = _serve_deps()
-    m, k = x.shape
-    n = weight.shape[0]
-    if record.recording():
-        record.note_shape(record.Shape.of("scaled_mm", dtype=FORMAT, out_dtype=str(x.dtype).replace("torch.", ""),
-                                           bias=bias is not None, m=m, n=n, k=k))
-    cfg = active().lookup("scaled_mm", FORMAT, "nt", bias is not None, m, n, k)
-    if cfg is None:
-        return None, "shape not in the dispatch table"
-    if m == 0:
-        return None, "empty"
-    if x.dtype not in (torch.bfloat16, torch.float16):
-        return None, f"activations are {x.dtype}, not bf16/fp16"
-    if bias is not None and (bias.dtype != x.dtype or bias.dim() != 1 or bias.shape[0] != n):
-        return None, "bias is not an [N] vector of the activations' dtype"
-    x_q, x_scale = state.quantize(x)
-    out = x.new_empty((m, n))
-    e8m0 = torch.float8_e8m0fnu
-    why = try_run(family, "scaled_mm_out",
-                      (x_q, weight.t(), x_scale.view(e8m0), weight_scale.view(e8m0), bias),
-                      {"cfg": cfg, "out": out})
-    if why is not None:
-        return None, f"FlyDSL {cfg} cannot run: {why}"
-    return out, cfg
-
+    return mx_linear.run(OP_NAME, FORMAT, state.quantize, miss, x, weight, weight_scale, bias)
