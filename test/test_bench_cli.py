@@ -323,7 +323,7 @@ def test_on_a_pretend_mi350_bench_all_writes_each_ops_report_and_the_summary(mon
     monkeypatch.setattr(timing, "device_gate", lambda: None)
     monkeypatch.setattr(probe, "flydsl_info", lambda: type("I", (), {"usable": True, "reason": None})())
     monkeypatch.setattr(cli, "_environment", lambda: ["pretend MI350"])
-    assert main(["bench", "all", "--out", str(tmp_path), "--warmup", "2", "--iters", "3"]) == 0
+    assert main(["bench", "all", "--out", str(tmp_path), "--warmup", "2", "--iters", "3", "--no-vllm"]) == 0
     assert seen == {op: (len(suite(op).seed()), 2, 3, False) for op in OPS}
     out = capsys.readouterr().out
     assert "mm: vs Triton (Inductor): geomean 1.004x over 15 shapes, 0 wins, 15 ties, 0 losses" in out

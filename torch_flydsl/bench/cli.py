@@ -2,8 +2,10 @@
 benchmark suites from an installed package.
 
 On an MI350 (a ROCm build of torch and a gfx950 GPU) each op's suite times FlyDSL against ATen,
-Inductor's Triton and, where torch ships it, torch's in-tree FlyDSL backend (every column
-checked against a float64 or exact reference first), and writes into ``--out``:
+Inductor's Triton, where torch ships it torch's in-tree FlyDSL backend and, for the ops vLLM's
+layers call (mm, scaled_mm's mxfp8, grouped_mm) where vLLM imports, what vLLM itself runs
+(``bench.vllm_columns``; every column checked against a float64 or exact reference first), and
+writes into ``--out``:
 
     <op>.csv           every row the suite measured (its own columns, see the suite's module)
     <op>_configs.csv   every FlyDSL config timed (GEMM suites, which time each fitting config)
@@ -11,8 +13,13 @@ checked against a float64 or exact reference first), and writes into ``--out``:
     <op>.png           FlyDSL's speedup per shape against each baseline (needs matplotlib)
     summary.md         with ``all``: one line per op
 
+With ``--table FILE`` it merges dispatch-table entries for the shapes FlyDSL wins into FILE, and
+prints (and writes to the CSV's ``table`` column) why every other shape gets none
+(``bench.picks``).
+
 Anywhere else it prints the plan (ops, shapes, the FlyDSL configs each shape would time, the
-baselines, the files it would write) and exits 0 without launching anything.
+baselines with the vLLM column per shape, how ``--table`` would pick, the files it would write)
+and exits 0 without launching anything.
 
 This module is imported when the CLI's parser is built, so it imports neither torch nor the
 suites at module level.
@@ -25,6 +32,7 @@ import importlib
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 
 
@@ -73,8 +81,14 @@ def add_parser(sub) -> None:
                    help="zero 512 MiB before each timed call (mm then times with events, not CUDA graphs; "
                         "topk: not supported)")
     b.add_argument("--table", default=None, metavar="FILE",
-                   help="mm, scaled_mm: merge a dispatch-table entry for every shape FlyDSL wins by more than "
-                        "1%% into FILE (what TORCH_FLYDSL_DISPATCH_TABLE / the vLLM re-routes read)")
+                   help="mm, scaled_mm, grouped_mm: merge into FILE (what TORCH_FLYDSL_DISPATCH_TABLE / the vLLM "
+                        "re-routes read) an entry for every shape where FlyDSL beats the kernel the entry would "
+                        "replace (with vLLM importable: vLLM's own path, and never losing to ATen) by more than "
+                        "1%%, inside the MI355X roofline; neighbouring winning M merge into M ranges; every other "
+                        "shape is printed with its reason (and in the CSV's table column)")
+    b.add_argument("--no-vllm", action="store_true",
+                   help="mm, scaled_mm, grouped_mm: no vLLM column even where vLLM imports (then --table judges "
+                        "against the fastest of ATen, Triton and in-tree)")
     b.set_defaults(fn=run)
 
 
@@ -131,9 +145,22 @@ def _recorded_shapes(suite, path: Path):
     return records
 
 
-def options_for(suite, args, intree: bool):
-    """The suite's own options (its script's defaults) with the CLI's pass-through flags."""
+def vllm_status(suite, args) -> Optional[str]:
+    """Why ``suite`` gets no vLLM column in this run (None: it gets one)."""
+    if suite.vllm_plan is None:
+        return None
+    if getattr(args, "no_vllm", False):
+        return "--no-vllm"
+    from . import vllm_columns
+
+    return vllm_columns.status(suite.op)
+
+
+def options_for(suite, args, intree: bool, vllm: bool = False):
+    """The suite's own options (its script's defaults) with the CLI's pass-through flags
+    (``vllm``: the suite times its vLLM column)."""
     ns = suite.options([])
+    ns.vllm = vllm
     for name in ("warmup", "iters", "breadth"):
         value = getattr(args, name)
         if value is not None and hasattr(ns, name):
@@ -170,14 +197,18 @@ def _numbers(indices: list[int]) -> str:
     return ", ".join(spans)
 
 
-def plan_text(suite, records: list, opts, out_dir: Path, source: str) -> str:
+def plan_text(suite, records: list, opts, out_dir: Path, source: str, table_file: Optional[str] = None,
+              vllm_why: Optional[str] = None) -> str:
     """What ``bench`` would run for one op: its shapes, the FlyDSL configs each would time and
-    the baselines, and the files it would write."""
+    the baselines (the vLLM column per shape, what it times), the files it would write, and with
+    ``table_file`` how the dispatch-table entries would be picked. ``vllm_why``: why the suite has
+    no vLLM column (with ``opts.vllm`` off)."""
     from .tables import table
 
     names = [b.label for b in suite.baselines(opts.intree)]
     if opts.no_triton:
         names.remove("Triton (Inductor)")
+    vllm = bool(getattr(opts, "vllm", False)) and suite.vllm_plan is not None
     rows: list[tuple] = []
     sets: dict[tuple, list[int]] = {}
     for i, rec in enumerate(records, 1):
@@ -185,7 +216,9 @@ def plan_text(suite, records: list, opts, out_dir: Path, source: str) -> str:
         if isinstance(got, str):
             rows.append((i, suite.label(rec), got, "-"))
             continue
-        rows.append((i, suite.label(rec), len(got), ", ".join([f"FlyDSL x{len(got)}", *names])))
+        column = suite.vllm_plan(rec, opts) if vllm else None
+        rows.append((i, suite.label(rec), len(got), ", ".join([f"FlyDSL x{len(got)}", *names,
+                                                               *([column] if column else [])])))
         sets.setdefault(got, []).append(i)
     timing = f"{opts.warmup} warm-up + {opts.iters} timed calls per column"
     if hasattr(opts, "timing"):
@@ -195,12 +228,40 @@ def plan_text(suite, records: list, opts, out_dir: Path, source: str) -> str:
     breadth = f"{opts.breadth} " if hasattr(opts, "breadth") and suite.config_columns else ""
     lines = [f"== {suite.op}: {suite.title}",
              f"{len(records)} shapes ({source}); each column checked first, then timed ({timing})",
+             *vllm_lines(suite, vllm, vllm_why),
              table(rows, ["#", "shape", f"FlyDSL {breadth}configs", "candidates (timed columns)"], floatfmt="g")]
     for keys, where in sets.items():
         scope = "every shape" if len(where) == len(records) else _numbers(where)
         lines.append(f"FlyDSL configs ({scope}): {', '.join(keys) or 'none'}")
+    if table_file and suite.table_picks is not None:
+        lines.append(table_rule(suite, vllm, opts, table_file))
     lines.append("would write: " + ", ".join(str(p) for p in output_files(suite, out_dir)))
     return "\n".join(lines)
+
+
+def vllm_lines(suite, vllm: bool, why: Optional[str]) -> list[str]:
+    """The vLLM column's header: the environment that steers vLLM's choice, or why there is none."""
+    if suite.vllm_plan is None:
+        return []
+    if not vllm:
+        return [f"no vLLM column: {why or 'not asked for'}"]
+    from . import vllm_columns
+
+    return [f"vLLM column: what vLLM {vllm_columns.version()} itself runs for the call a table hit would replace: "
+            f"{vllm_columns.WHAT.get(suite.op, 'see bench.vllm_columns')}",
+            vllm_columns.env_line()]
+
+
+def table_rule(suite, vllm: bool, opts, table_file: str) -> str:
+    """How ``--table`` would pick this suite's entries."""
+    from .picks import PEAKS_SOURCE, ROOFLINE_TOLERANCE
+    from .report import TIE_BAND
+
+    against = ("the vLLM column (and never losing to ATen)" if vllm else
+               "the fastest of ATen, Triton and in-tree (no vLLM column)")
+    return (f"--table {table_file}: an entry where FlyDSL beats {against} by more than {TIE_BAND:.0%} (ties keep "
+            f"the incumbent), no time under {ROOFLINE_TOLERANCE:g} x the roofline ({PEAKS_SOURCE}); neighbouring "
+            "winning M with one config merge into M ranges; every other shape is printed with its reason")
 
 
 def csv_columns(suite, rows: list) -> list:
@@ -211,13 +272,14 @@ def csv_columns(suite, rows: list) -> list:
     return cols
 
 
-def write_outputs(suite, rows: list, config_rows: list, out_dir: Path, intree: bool, preamble=()) -> list[Path]:
+def write_outputs(suite, rows: list, config_rows: list, out_dir: Path, intree: bool, preamble=(),
+                  vllm: bool = False) -> list[Path]:
     """``<op>.csv`` (and ``<op>_configs.csv``), ``<op>.md`` and, with matplotlib, ``<op>.png``."""
     from .plots import plot_speedups
     from .report import markdown
     from .tables import write_csv
 
-    baselines = suite.baselines(intree)
+    baselines = suite.baselines(intree, vllm)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     path = out_dir / f"{suite.op}.csv"
@@ -243,15 +305,19 @@ def summary_markdown(results: list, preamble=()) -> str:
 
     lines = ["# torch_flydsl bench: summary", "", *preamble, *([""] if preamble else []),
              f"Geomean speedup (baseline time / FlyDSL time) and wins/ties/losses (ties within +-{TIE_BAND:.0%}) "
-             "against each baseline; details in each op's report.", "",
-             "| op | shapes | vs ATen | vs Triton (Inductor) | vs in-tree FlyDSL | report |", "|---|---|---|---|---|---|"]
+             "against each baseline; details in each op's report.", ""]
+    keys = ["aten", "triton", "intree", *(["vllm"] if any(b.key == "vllm" for _, _, bs in results for b in bs)
+                                          else [])]
+    names = {"aten": "ATen", "triton": "Triton (Inductor)", "intree": "in-tree FlyDSL", "vllm": "vLLM"}
+    lines += ["| op | shapes | " + " | ".join(f"vs {names[k]}" for k in keys) + " | report |",
+              "|" + "---|" * (len(keys) + 3)]
     for suite, rows, baselines in results:
         cells = {}
         for b in baselines:
             c = compare(rows, b)
             cells[b.key] = f"{c.geomean:.3f}x ({c.wins}/{c.ties}/{c.losses})" if c.shapes else "n/a"
-        lines.append(f"| {suite.op} | {len(rows)} | {cells.get('aten', '-')} | {cells.get('triton', '-')} | "
-                     f"{cells.get('intree', '-')} | [{suite.op}.md]({suite.op}.md) |")
+        lines.append(f"| {suite.op} | {len(rows)} | " + " | ".join(cells.get(k, "-") for k in keys)
+                     + f" | [{suite.op}.md]({suite.op}.md) |")
     return "\n".join(lines) + "\n"
 
 
@@ -262,19 +328,27 @@ def _environment() -> list[str]:
             f"{time.strftime('%Y-%m-%d %H:%M:%S')}"]
 
 
-def write_table(rows: list, path: Path, op: str) -> str:
-    """Merge the winning shapes of ``op``'s suite (``Suite.dispatch_entries``) into the dispatch
-    table at ``path``."""
-    from .. import dispatch_table as dt
+def table_picks(suite, rows: list, opts=None) -> list:
+    """``suite``'s judged shapes (``Suite.table_picks``, ``bench.picks``), M ranges merged; each
+    row's ``table`` cell says what became of it."""
+    from .picks import merge_ranges
+
+    picks = merge_ranges(suite.table_picks(rows, opts))
+    for p in picks:
+        for r in p.rows:
+            r["table"] = p.reason
+    return picks
+
+
+def write_table(rows: list, path: Path, op: str, opts=None, picks: Optional[list] = None) -> str:
+    """Merge the entries ``op``'s suite picks from ``rows`` (``table_picks``) into the dispatch
+    table at ``path``; one line saying what was written."""
+    from .picks import write_table as write
 
     suite, why = load_suite(op)
-    if suite is None or suite.dispatch_entries is None:
+    if suite is None or suite.table_picks is None:
         raise BenchError(f"bench {op} writes no dispatch-table entries ({why or 'its suite names none'})")
-    entries = suite.dispatch_entries(rows)
-    old = dt.load(path) if path.is_file() else dt.DispatchTable()
-    old.merged(entries).save(path)
-    won = len({(e.dtype, e.m, e.n, e.k) for e in entries})
-    return f"{won} of {len(rows)} shape(s) won by FlyDSL written to the dispatch table {path} (with and without bias)"
+    return write(Path(path), table_picks(suite, rows, opts) if picks is None else picks)
 
 
 def run(args) -> int:
@@ -305,8 +379,13 @@ def _run(args) -> int:
             records = shapes_for(suite, args.shapes)
         except ShapesFileError as e:
             raise BenchError(str(e)) from None
+        for line in getattr(records, "skipped", ()):
+            print(f"bench {op}: {line}")
         intree = intree_present(suite.intree_op)
-        work.append((suite, records, options_for(suite, args, intree), intree))
+        no_vllm = vllm_status(suite, args)
+        opts = options_for(suite, args, intree, suite.vllm_plan is not None and no_vllm is None)
+        opts.vllm_why = no_vllm
+        work.append((suite, records, opts, intree))
     if not work:
         return 1
     source = "seed" if args.shapes == "seed" else args.shapes
@@ -314,7 +393,7 @@ def _run(args) -> int:
     if why:
         print(f"bench: no ROCm gfx950 GPU here ({why}); nothing launched. The plan:\n")
         for suite, records, opts, _ in work:
-            print(plan_text(suite, records, opts, out_dir, source) + "\n")
+            print(plan_text(suite, records, opts, out_dir, source, args.table, opts.vllm_why) + "\n")
         if len(ops) > 1:
             print(f"would write: {out_dir / 'summary.md'}")
         return 0
@@ -334,14 +413,20 @@ def _run(args) -> int:
             print(f"bench: {suite.op} failed: {type(e).__name__}: {e}")
             failed.append(suite.op)
             continue
-        written = write_outputs(suite, rows, config_rows, out_dir, intree, preamble)
-        results.append((suite, rows, suite.baselines(intree)))
+        header = vllm_lines(suite, opts.vllm, opts.vllm_why)
+        for line in header:
+            print(f"{suite.op}: {line}")
+        picks = table_picks(suite, rows, opts) if args.table and suite.table_picks is not None else None
+        written = write_outputs(suite, rows, config_rows, out_dir, intree, [*preamble, *header], opts.vllm)
+        results.append((suite, rows, suite.baselines(intree, opts.vllm)))
         from .report import compare
 
-        for b in suite.baselines(intree):
+        for b in suite.baselines(intree, opts.vllm):
             print(f"{suite.op}: {compare(rows, b).line()}")
-        if args.table and suite.dispatch_entries is not None:
-            print(f"{suite.op}: {write_table(rows, Path(args.table), suite.op)}")
+        if picks is not None:
+            for p in picks:
+                print(f"{suite.op}: {p.label}: {p.reason}")
+            print(f"{suite.op}: {write_table(rows, Path(args.table), suite.op, opts, picks)}")
         print(f"{suite.op}: wrote " + ", ".join(str(p) for p in written))
     if len(ops) > 1 and results:
         path = out_dir / "summary.md"

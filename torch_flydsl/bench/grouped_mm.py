@@ -9,7 +9,10 @@ template, on MoE expert projections with balanced and skewed routing.
     python -m torch_flydsl bench grouped_mm [--shapes seed|FILE] [--out DIR]   # the installed command
 
 (this module holds the suite; ``benchmarks/grouped_gemm_device_bench.py`` is its script entry
-point. A shape file describes each case by its MoE dimensions: see ``BENCH.fields``.)
+point. A shape file describes each case by its MoE dimensions: see ``BENCH.fields``. Through
+``python -m torch_flydsl bench`` each case also gets, where vLLM imports, a vLLM column: vLLM's
+fused-MoE Triton kernel as ``TritonExperts`` runs it (``bench.vllm_columns``), which ``--table``
+judges grouped_mm entries against: ``table_picks``.)
 
 The problem: ``torch._grouped_mm(a, b, offs=offs)``'s MoE forward. ``tokens`` tokens each go to
 ``top_k`` experts, so A ``[T, K]`` holds ``T = tokens * top_k`` rows sorted by expert, B is
@@ -72,7 +75,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..registry import family_for
-from . import baselines
+from . import baselines, vllm_columns
 from .baselines import TritonUnavailable
 from .plots import matplotlib_pyplot
 from .report import Baseline, geomean
@@ -257,6 +260,32 @@ def intree_fn(a, b, offs) -> Callable[[], torch.Tensor]:
                                         what="_grouped_mm")
 
 
+def vllm_fn(case: Case, a, b) -> Callable[[], torch.Tensor]:
+    """vLLM's fused-MoE Triton kernel for this expert GEMM (``bench.vllm_columns.moe_gemm_fn``):
+    the experts as vLLM stores them, ``[G, N, K]`` (``b`` is their transpose, B col-major)."""
+    moe = case.moe
+    return vllm_columns.moe_gemm_fn(a, b.transpose(1, 2), case.sizes(), case.tokens, moe.top_k, moe.hidden,
+                                    moe.inter)
+
+
+def vllm_column(row: dict, notes: list, case: Case, b_major: str, a, b, ref, args, flush) -> None:
+    """``vllm_ms`` (vLLM's fused-MoE Triton kernel on this case's rows; B col-major only: vLLM's
+    experts are ``[G, N, K]``) and ``vllm_aiter_moe`` (whether vLLM would run AITER's fused MoE
+    instead, which the plugin's re-route leaves alone)."""
+    row["vllm_aiter_moe"] = vllm_columns.aiter_moe_on()
+    if b_major != "col":
+        notes.append("vLLM: not timed for row-major B (vLLM's experts are [G, N, K])")
+        return
+    entry = {}
+    try:
+        entry = _check_and_time(vllm_fn(case, a, b), ref, args, flush)
+    except Exception as e:  # vLLM's kernel or its config lookup failed here
+        entry["error"] = short_error(e)
+    row.update(vllm_ms=entry.get("ms"), vllm_err=entry.get("err"))
+    if "error" in entry:
+        notes.append(f"vLLM: {entry['error']}")
+
+
 def _routing_summary(sizes: list[int]) -> tuple[int, int, int]:
     return min(sizes), max(sizes), sum(1 for s in sizes if s == 0)
 
@@ -305,7 +334,7 @@ def bench_case(case: Case, b_major: str, args, flush, config_rows: list, dev: to
     row: dict[str, Any] = {"model": case.model, "G": case.groups, "top_k": case.moe.top_k, "H": case.moe.hidden,
            "I": case.moe.inter, "proj": case.projection,
            "tokens": case.tokens, "T": case.rows, "N": case.n, "K": case.k, "routing": case.routing,
-           "b_major": b_major, "min_rows": lo, "max_rows": hi, "empty": empty}
+           "b_major": b_major, "dtype": args.dtype, "min_rows": lo, "max_rows": hi, "empty": empty}
     problem = problem_for(case, b_major, dtype)
     if isinstance(problem, Decline):
         return {**row, "note": f"declined: {problem}"}
@@ -355,6 +384,8 @@ def bench_case(case: Case, b_major: str, args, flush, config_rows: list, dev: to
             print(f"grouped_gemm_device_bench: no Triton column: {e}", file=sys.stderr)
         except Exception as e:  # an Inductor compile failure for this case
             notes.append(f"Triton: {short_error(e)}")
+    if getattr(args, "vllm", False):
+        vllm_column(row, notes, case, b_major, a, b, ref, args, flush)
     if getattr(args, "intree", False):
         try:
             tree = _check_and_time(intree_fn(a, b, offs), ref, args, flush)
@@ -367,7 +398,7 @@ def bench_case(case: Case, b_major: str, args, flush, config_rows: list, dev: to
     for who in ("flydsl", "aten", "triton", "baseline", "balanced_pick"):
         row[f"{who}_tflops"] = tflops(flops, row.get(f"{who}_ms"))
     if row.get("flydsl_ms"):
-        for who in ("aten", "triton", "intree"):
+        for who in ("aten", "triton", "intree", "vllm"):
             if row.get(f"{who}_ms"):
                 row[f"x_{who}"] = row[f"{who}_ms"] / row["flydsl_ms"]
     row["note"] = "; ".join(notes)
@@ -575,4 +606,141 @@ BENCH = Suite(
     aten=Baseline("aten", "ATen", "aten_ms"),
     columns=tuple(COLUMNS),
     config_columns=tuple(CONFIG_COLUMNS),
+    table_picks=lambda rows, opts: table_picks(rows, opts),
+    vllm_plan=lambda rec, args: _vllm_plan(rec, args),
 )
+
+
+def _vllm_plan(rec: dict, args) -> Optional[str]:
+    if args.b_major[0] != "col":
+        return None
+    said = "vLLM fused-MoE Triton (TritonExperts)"
+    return said + (" -- but AITER fused MoE is on: vLLM runs that" if vllm_columns.aiter_moe_on() else "")
+
+
+TABLE_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+@dataclass(frozen=True)
+class ShapeTimes:
+    """One expert GEMM shape as the table would serve it: FlyDSL's config, its time in us (the
+    balanced routing's), and per routing measured (FlyDSL's ms with that config, the baseline's
+    ``picks.Timed``, ATen's or None), each already checked against the roofline."""
+
+    config: str
+    us: float
+    times: dict
+
+
+def table_picks(rows: list, opts=None) -> list:
+    """``bench grouped_mm --table``: one ``picks.Pick`` per expert GEMM shape (op ``grouped_mm``,
+    ``m`` = tokens x top-k routed rows, ``groups`` = the experts; no bias), across the routings it
+    was measured with.
+
+    - One config serves every routing (the table does not key on it): the balanced-routing
+      winner (Inductor autotunes with even offsets too), timed under each routing; a shape
+      measured under one routing only takes that routing's winner.
+    - The baseline: with vLLM, vLLM's fused-MoE Triton kernel (what ``TritonExperts`` runs; B
+      col-major only, and no entry while AITER's fused MoE is on, which the re-route leaves
+      alone); without, the fastest of ATen (``torch._grouped_mm``), Triton and in-tree.
+    - The MoE re-route serves a call only when the table names both of its GEMMs (W13 gate_up and
+      W2 down, same experts, top-k, hidden, intermediate and tokens) and then runs both on
+      FlyDSL, so a measured pair is judged on the sum of its two GEMMs' times, per routing, and
+      gets both entries or neither; a GEMM whose partner was not measured is judged alone.
+    - Every routing must win (``bench.picks``: outside the tie band, inside the roofline, not
+      losing to ATen)."""
+    from . import picks as pk
+
+    vllm = bool(getattr(opts, "vllm", False))
+    warm = not getattr(opts, "flush_l2", False)
+    shapes: dict = {}
+    for r in rows:
+        shapes.setdefault(_shape(r), []).append(r)
+    times = {key: _shape_times(rs, vllm, warm) for key, rs in shapes.items()}
+    out = []
+    for key, rs in shapes.items():
+        g, top_k, h, i, proj, tokens, b_major, dtype = key
+        other = "down" if proj == "gate_up" else "gate_up"
+        mine, partner = times[key], times.get((*key[:4], other, *key[5:]))
+        notes: tuple = ()
+        if isinstance(mine, pk.Verdict):
+            verdict = mine
+        elif partner is None:
+            verdict = _judge([mine])
+            notes = (f"its partner GEMM ({other}) was not measured: the MoE re-route serves a call only when the "
+                     "table names both",)
+        elif isinstance(partner, pk.Verdict):
+            verdict = pk.undecided(f"its partner GEMM ({other}) gets no entry ({partner.reason})")
+        else:
+            verdict = _judge([mine, partner])
+        n, k = rs[0]["N"], rs[0]["K"]
+        entries = ()
+        if verdict.win and isinstance(mine, ShapeTimes):
+            entries = pk.entries_for(BENCH.op, TABLE_DTYPES[dtype], tokens * top_k, n, k, mine.config, mine.us,
+                                     g, bias=(False,))
+        label = _label({**rs[0], "routing": "/".join(r["routing"] for r in rs)})
+        out.append(pk.Pick(tuple(rs), label, verdict, entries, (BENCH.op, TABLE_DTYPES[dtype], "nt", n, k, g),
+                           tokens * top_k, None, notes))
+    return out
+
+
+def _shape(r: dict) -> tuple:
+    return (r["G"], r["top_k"], r["H"], r["I"], r["proj"], r["tokens"], r["b_major"], r.get("dtype", "bf16"))
+
+
+def _shape_times(rs: list, vllm: bool, warm: bool):
+    """The ``ShapeTimes`` of one GEMM shape's rows, or the ``picks.Verdict`` saying why it has none."""
+    from . import picks as pk
+
+    if rs[0]["b_major"] != "col":
+        return pk.undecided("B row-major ([G, K, N] experts): the table's grouped_mm entries stand for vLLM's "
+                            "[G, N, K] experts (B col-major)")
+    if vllm and any(r.get("vllm_aiter_moe") for r in rs):
+        return pk.undecided("AITER's fused MoE is on (VLLM_ROCM_USE_AITER=1, VLLM_ROCM_USE_AITER_MOE=1): vLLM "
+                            "runs it, not TritonExperts, and the plugin's MoE re-route leaves it alone")
+    own = [r for r in rs if r["routing"] == "balanced"] or (rs if len(rs) == 1 else [])
+    if not own:
+        return pk.undecided("measured under several routings but not balanced: one config must serve every "
+                            "routing, and it is the balanced-routing winner")
+    config, us = own[0].get("flydsl_config"), own[0].get("flydsl_ms")
+    if not config or not us:
+        return pk.undecided(f"FlyDSL has no time ({own[0].get('note') or 'no config was timed'})")
+    times = {}
+    for r in rs:
+        ours = r["flydsl_ms"] if r is own[0] else r.get("balanced_pick_ms")
+        if not ours:
+            return pk.undecided(f"FlyDSL's {config} has no time under {r['routing']} routing")
+        if vllm:
+            base = pk.Timed("vLLM's fused-MoE Triton kernel", r["vllm_ms"]) if r.get("vllm_ms") else None
+        else:
+            base = pk.fastest(r, (("aten_ms", "ATen"), ("triton_ms", "Triton"), ("intree_ms", "in-tree FlyDSL")))
+        if base is None:
+            return pk.undecided(f"the baseline has no time under {r['routing']} routing ({r.get('note') or '-'})")
+        aten = pk.Timed("ATen", r["aten_ms"]) if r.get("aten_ms") else None
+        work = pk.grouped_work(r["T"], r["N"], r["K"], r["G"] - r.get("empty", 0), TABLE_DTYPES[r.get("dtype", "bf16")])
+        why = pk.bogus([t for t in (pk.Timed(f"FlyDSL {config}", ours), base, aten) if t is not None], work, warm)
+        if why:
+            return pk.Verdict(False, True, f"{r['routing']} routing: {why}")
+        times[r["routing"]] = (ours, base, aten)
+    return ShapeTimes(config, us * 1e3, times)
+
+
+def _judge(shapes: list):
+    """Every routing the ``ShapeTimes`` share, judged on their summed times (``picks.judge``)."""
+    from . import picks as pk
+
+    routings = [r for r in shapes[0].times if all(r in s.times for s in shapes)]
+    both = " (both GEMMs)" if len(shapes) > 1 else ""
+    said = []
+    for routing in routings:
+        got = [s.times[routing] for s in shapes]
+        ours = pk.Timed("FlyDSL" + both, sum(t[0] for t in got))
+        base = pk.Timed(got[0][1].label + both, sum(t[1].ms for t in got))
+        aten = pk.Timed("ATen" + both, sum(t[2].ms for t in got)) if all(t[2] for t in got) else None
+        verdict = pk.judge(ours, base, aten)
+        if not verdict.win:
+            return pk.Verdict(False, True, f"{routing} routing: {verdict.reason}")
+        said.append(f"{routing} {base.ms / ours.ms:.3f}x")
+    if not routings:
+        return pk.undecided("the pair shares no measured routing")
+    return pk.Verdict(True, True, f"wins under every routing over {base.label} ({', '.join(said)})")

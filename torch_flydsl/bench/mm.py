@@ -8,7 +8,10 @@ BF16 NT LLM shapes.
     python benchmarks/dense_gemm_device_bench.py --dry-run     # the plan; any machine
     python -m torch_flydsl bench mm [--shapes seed|FILE] [--out DIR]   # the installed command
 
-(this module holds the suite; ``benchmarks/dense_gemm_device_bench.py`` is its script entry point)
+(this module holds the suite; ``benchmarks/dense_gemm_device_bench.py`` is its script entry point.
+Through ``python -m torch_flydsl bench mm`` each shape also gets, where vLLM imports, a vLLM column:
+``torch.ops.vllm.rocm_unquantized_gemm``, what vLLM itself runs for the linear layer
+(``bench.vllm_columns``), the baseline ``--table`` judges entries against: ``table_picks``.)
 
 The suite (``SUITE``): ``y = x @ W.T`` with x ``[M, K]`` and W ``[N, K]`` both row-major
 bfloat16 (B = W.T is ``[K, N]`` column-major: the kernel's ``nt`` layout), bfloat16 output, no
@@ -67,12 +70,12 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..registry import family_for
-from . import baselines
+from . import baselines, vllm_columns
 from .baselines import TritonUnavailable  # noqa: F401  (bench_shape callers and tests catch it by this name)
 from .plots import matplotlib_pyplot
 from .report import TIE_BAND, Baseline, geomean, outcome
 from .shapes import Field
-from .suite import Suite, plan_keys
+from .suite import SpecRecords, Suite, plan_keys
 from .tables import table, write_csv
 from .timing import FLUSH_BYTES, GRAPH_REPLAYS, device_gate, graph_times_ms, rel_error, short_error, tflops, time_ms
 
@@ -129,6 +132,12 @@ def intree_fn(a, b) -> Callable[[], torch.Tensor]:
     """torch's in-tree FlyDSL backend's mm (Inductor, FLYDSL as its only GEMM backend, the plugin
     deferring); raises ``baselines.IntreeUnavailable`` when it did not serve it."""
     return baselines.intree_compiled_fn(lambda a, b: torch.mm(a, b), a, b, what="mm")
+
+
+def vllm_fn(a, b) -> Callable[[], torch.Tensor]:
+    """What vLLM runs for this linear layer call: ``torch.ops.vllm.rocm_unquantized_gemm(x, W)``
+    (``bench.vllm_columns``), allocating its output each call as vLLM does."""
+    return vllm_columns.dense_fn(a, b.t())
 
 
 def flydsl_fn(via: str, cfg, problem, a, b, out) -> Callable[[], torch.Tensor]:
@@ -235,6 +244,15 @@ def bench_shape(m: int, n: int, k: int, args, flush, config_rows: list, dev) -> 
             todo.append((tree, fn))
         except Exception as e:  # the in-tree backend did not serve it, or failed to compile
             notes.append(f"in-tree: {short_error(e)}")
+    vl = None
+    if getattr(args, "vllm", False):
+        row["vllm_kernel"] = vllm_columns.expected_dense(m, n, k)
+        try:
+            fn = vllm_fn(a, b)
+            vl = check(fn, ref)
+            todo.append((vl, fn))
+        except Exception as e:  # vLLM's op refused these operands
+            notes.append(f"vLLM: {short_error(e)}")
     time_entries(todo, args, flush)
     for entry in mine:
         if "error" in entry:
@@ -256,6 +274,9 @@ def bench_shape(m: int, n: int, k: int, args, flush, config_rows: list, dev) -> 
     if tree is not None:
         row.update(intree_ms=tree.get("ms"), intree_err=tree.get("err"))
         notes += filter(None, [_note("in-tree", tree)])
+    if vl is not None:
+        row.update(vllm_ms=vl.get("ms"), vllm_err=vl.get("err"))
+        notes += filter(None, [_note("vLLM", vl)])
     finish_row(row)
     row["note"] = "; ".join(notes)
     return row
@@ -264,12 +285,12 @@ def bench_shape(m: int, n: int, k: int, args, flush, config_rows: list, dev) -> 
 def finish_row(row: dict) -> dict:
     """TFLOP/s per column and FlyDSL's speedups: vs ATen, vs Triton, vs the faster of the two."""
     flops = 2 * row["M"] * row["N"] * row["K"]
-    for who in ("flydsl", "aten", "triton", "intree"):
-        if f"{who}_ms" in row or who != "intree":
+    for who in ("flydsl", "aten", "triton", "intree", "vllm"):
+        if f"{who}_ms" in row or who not in ("intree", "vllm"):
             row[f"{who}_tflops"] = tflops(flops, row.get(f"{who}_ms"))
     theirs = [row[f"{w}_ms"] for w in ("aten", "triton") if row.get(f"{w}_ms")]
     if row.get("flydsl_ms"):
-        for who in ("aten", "triton", "intree"):
+        for who in ("aten", "triton", "intree", "vllm"):
             if row.get(f"{who}_ms"):
                 row[f"x_{who}"] = row[f"{who}_ms"] / row["flydsl_ms"]
         if theirs:
@@ -441,12 +462,33 @@ def _record_plan(rec: dict, args):
 
 
 def _from_spec(shapes: list):
-    """The bf16 ``x @ W.T`` shapes (mm, layout nt; bias or not) of a precompile shapes spec."""
-    keys = list(dict.fromkeys((s.m, s.n, s.k) for s in shapes
-                              if s.op == BENCH.op and s.dtype == "bfloat16" and s.layout == LAYOUT))
+    """The bf16 ``x @ W.T`` shapes (mm, layout nt; bias or not) of a precompile shapes spec, and a
+    line for each kind of mm shape it holds that the suite does not time."""
+    keys: list = []
+    skipped: dict = {}
+    for s in shapes:
+        if s.op != BENCH.op:
+            continue
+        if s.dtype == "bfloat16" and s.layout == LAYOUT:
+            keys.append((s.m, s.n, s.k))
+            continue
+        why = (f"{s.dtype}: bench mm times bfloat16 only (its operands, float64 check and baselines are bf16); "
+               "the dense family serves it, so write its entries by hand (explain mm M N K --dtype float16) or "
+               "from Inductor's autotuning (TORCH_FLYDSL_RECORD_WINNERS)" if s.dtype != "bfloat16" else
+               f"layout {s.layout}: bench mm times x @ W.T (layout {LAYOUT}, what vLLM's linear layers call) only")
+        skipped.setdefault(why, {})[(s.m, s.n, s.k)] = None
+    keys = list(dict.fromkeys(keys))
+    lines = [f"{len(got)} recorded mm shape(s) not timed ({', '.join('x'.join(map(str, k)) for k in got)}): {why}"
+             for why, got in skipped.items()]
     if not keys:
-        return "holds no bf16 x @ W.T (mm, layout nt) shape, which is what bench mm times"
-    return [{"M": m, "N": n, "K": k} for m, n, k in keys]
+        return "holds no bf16 x @ W.T (mm, layout nt) shape, which is what bench mm times" + (
+            f" ({'; '.join(lines)})" if lines else "")
+    return SpecRecords([{"M": m, "N": n, "K": k} for m, n, k in keys], lines)
+
+
+def _vllm_plan(rec: dict, args) -> str:
+    kernel = vllm_columns.expected_dense(rec["M"], rec["N"], rec["K"])
+    return f"vLLM (expected: {kernel})"
 
 
 BENCH = Suite(
@@ -463,24 +505,51 @@ BENCH = Suite(
     columns=tuple(COLUMNS),
     config_columns=tuple(CONFIG_COLUMNS),
     from_spec=_from_spec,
-    dispatch_entries=lambda rows: dispatch_entries(rows),
+    table_picks=lambda rows, opts: table_picks(rows, opts),
+    vllm_plan=_vllm_plan,
 )
 
 
-def dispatch_entries(rows: list, tie_band: float = TIE_BAND) -> list:
-    """Dispatch-table entries (``torch_flydsl.dispatch_table``) for the shapes where FlyDSL's best
-    config beat every other column by more than the tie band: what the vLLM re-route should
-    serve. The suite times bf16 ``x @ W.T`` without bias; each win is written for the bias-free
-    and the bias (``F.linear`` with bias) call alike, the bias entry carrying the bias-free time
-    (a bias adds one vector read to the epilogue, not a different tile choice)."""
-    from ..dispatch_table import Entry
+def table_picks(rows: list, opts=None) -> list:
+    """One ``picks.Pick`` per result row (``bench mm --table``): an entry where FlyDSL's best
+    config beats the kernel the table hit replaces (``bench.picks``: with vLLM, vLLM's own
+    ``rocm_unquantized_gemm``, also never losing to ATen; without, the fastest of ATen, Triton
+    and in-tree) by more than the tie band, inside the roofline. The suite times bf16 ``x @ W.T``
+    without bias; each win is written for the bias-free and the bias (``F.linear`` with bias)
+    call alike, the bias entry carrying the bias-free time (a bias adds one vector read to the
+    epilogue, not a different tile choice)."""
+    from . import picks as pk
 
+    vllm = bool(getattr(opts, "vllm", False))
+    warm = not getattr(opts, "flush_l2", False)
     out = []
     for r in rows:
-        x_best = r.get("x_best")
-        if not r.get("flydsl_config") or x_best is None or x_best <= 1 + tie_band:
-            continue
-        for bias in (False, True):
-            out.append(Entry("mm", "bfloat16", LAYOUT, bias, int(r["M"]), int(r["N"]), int(r["K"]),
-                             r["flydsl_config"], "bench", round(r["flydsl_ms"] * 1e3, 3)))
+        m, n, k = int(r["M"]), int(r["N"]), int(r["K"])
+        verdict = _verdict(r, vllm, warm)
+        entries = pk.entries_for(BENCH.op, "bfloat16", m, n, k, r["flydsl_config"], r["flydsl_ms"] * 1e3) \
+            if verdict.win else ()
+        out.append(pk.Pick((r,), BENCH.label(r), verdict, entries, (BENCH.op, "bfloat16", LAYOUT, n, k, 0), m,
+                           r.get("vllm_kernel") if vllm else None))
     return out
+
+
+def _verdict(r: dict, vllm: bool, warm: bool):
+    from . import picks as pk
+
+    if not r.get("flydsl_ms") or not r.get("flydsl_config"):
+        return pk.undecided(f"FlyDSL has no time ({r.get('note') or 'no config was timed'})")
+    ours = pk.Timed(f"FlyDSL {r['flydsl_config']}", r["flydsl_ms"])
+    aten = pk.Timed("ATen", r["aten_ms"]) if r.get("aten_ms") else None
+    if vllm:
+        if not r.get("vllm_ms"):
+            return pk.undecided(f"vLLM's column has no time ({r.get('note') or 'not timed'})")
+        kernel = r.get("vllm_kernel")
+        base = pk.Timed(f"vLLM ({kernel}, expected)" if kernel else "vLLM", r["vllm_ms"])
+    else:
+        found = pk.fastest(r, (("aten_ms", "ATen"), ("triton_ms", "Triton"), ("intree_ms", "in-tree FlyDSL")))
+        if found is None and r.get("x_best"):  # a row holding only the speedup over the faster of the two
+            found = pk.Timed("the faster of ATen and Triton", r["x_best"] * r["flydsl_ms"])
+        if found is None:
+            return pk.undecided("no baseline column has a time")
+        base = found
+    return pk.judge(ours, base, aten, work=pk.dense_work(int(r["M"]), int(r["N"]), int(r["K"])), warm=warm)

@@ -33,11 +33,11 @@ def plot_speedups(path: Path, title: str, rows: list, baselines: list[Baseline],
     for j, b in enumerate(baselines):
         g = compare(rows, b).geomean
         xs = [i - 0.4 + (j + 0.5) * width for i in range(len(rows))]
-        ax.bar(xs, [speedup(r, b.column) or float("nan") for r in rows], width=width,
+        ax.bar(xs, [speedup(r, b.column, b.ours) or float("nan") for r in rows], width=width,
                label=f"vs {b.label}" + (f" (geomean {g:.2f}x)" if g else ""))
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.axhspan(1 - TIE_BAND, 1 + TIE_BAND, color="grey", alpha=0.3, linewidth=0)
-    if any(speedup(r, b.column) for r in rows for b in baselines):
+    if any(speedup(r, b.column, b.ours) for r in rows for b in baselines):
         from matplotlib.ticker import FuncFormatter
 
         ax.set_yscale("log")

@@ -19,9 +19,12 @@ FLYDSL_MS = "flydsl_ms"
 
 @dataclass(frozen=True)
 class Baseline:
-    key: str  # short name, used in column names: aten, triton, intree
+    key: str  # short name, used in column names: aten, triton, intree, vllm
     label: str  # as the report names it
     column: str  # the row's milliseconds column
+    # FlyDSL's milliseconds column it is compared with: what FlyDSL runs in its place (e.g. the
+    # MXFP8 linear's quantizer plus the GEMM, against vLLM's kernel that does both)
+    ours: str = FLYDSL_MS
 
 
 def geomean(xs: Iterable) -> Optional[float]:
@@ -29,9 +32,9 @@ def geomean(xs: Iterable) -> Optional[float]:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
-def speedup(row: dict, column: str) -> Optional[float]:
+def speedup(row: dict, column: str, ours_column: str = FLYDSL_MS) -> Optional[float]:
     """The baseline's time over FlyDSL's in ``row`` (None where either is missing or zero)."""
-    ours, theirs = row.get(FLYDSL_MS), row.get(column)
+    ours, theirs = row.get(ours_column), row.get(column)
     return theirs / ours if ours and theirs else None
 
 
@@ -60,7 +63,7 @@ class Comparison:
 
 
 def compare(rows: list, baseline: Baseline, band: float = TIE_BAND) -> Comparison:
-    xs = [x for x in (speedup(r, baseline.column) for r in rows) if x]
+    xs = [x for x in (speedup(r, baseline.column, baseline.ours) for r in rows) if x]
     outcomes = [outcome(x, band) for x in xs]
     return Comparison(baseline, len(xs), geomean(xs), outcomes.count("win"), outcomes.count("tie"),
                       outcomes.count("loss"))
@@ -101,7 +104,7 @@ def markdown(title: str, rows: list, baselines: list[Baseline], label: Callable[
     body = []
     for i, r in enumerate(rows, 1):
         body.append((i, label(r), _ms(r.get(FLYDSL_MS)), *([] if config_column is None else [r.get(config_column)]),
-                     *(_ms(r.get(b.column)) for b in baselines), *(_x(speedup(r, b.column)) for b in baselines),
+                     *(_ms(r.get(b.column)) for b in baselines), *(_x(speedup(r, b.column, b.ours)) for b in baselines),
                      r.get("note") or ""))
     lines += _md_table(headers, body)
     return "\n".join(lines) + "\n"

@@ -10,7 +10,9 @@ PyTorch's ``torch._scaled_mm`` on the same operands, per shape and MX format.
 point. Through ``python -m torch_flydsl bench`` each shape also gets a Triton column (Inductor
 max-autotune, Triton its only GEMM backend; empty with a note where Inductor has no Triton code
 for it) and, where torch ships its in-tree FlyDSL backend, an in-tree column (``_scaled_mm_v2``
-compiled with FLYDSL its only GEMM backend, the plugin deferring).)
+compiled with FLYDSL its only GEMM backend, the plugin deferring) and, for mxfp8 where vLLM
+imports, vLLM's native MXFP8 linear kernel on bf16 activations with its quantizer timed alone
+(``bench.vllm_columns``), the baseline ``--table`` judges mxfp8 entries against: ``table_picks``.)
 
 The suite: 17 NT GEMMs, ``y = x @ W.T`` with x ``[M, K]`` and W ``[N, K]`` both row-major (B =
 W.T is ``[K, N]`` column-major: ``torch._scaled_mm``'s TN layout), Llama-style projections:
@@ -54,7 +56,7 @@ import torch
 
 from ..registry import family_for
 from ..templates.scaled_gemm.family import DTYPES
-from . import baselines
+from . import baselines, vllm_columns
 from .plots import matplotlib_pyplot
 from .report import Baseline, geomean
 from .shapes import Field
@@ -237,12 +239,49 @@ def bench_shape(fmt, m, n, k, args, flush, config_rows, dev: torch.device) -> di
     if getattr(args, "intree", False):
         baseline_column(row, notes, "intree", "in-tree", lambda: intree_fn(a, b, sa, sb, out), ref, args, flush,
                         ERROR_LIMIT, time_ms)
+    if getattr(args, "vllm", False) and fmt == vllm_columns_format():
+        vllm_columns_for(row, notes, b, sb, args, flush, dev)
     row["flydsl_tflops"] = tflops(2 * m * n * k, row.get("flydsl_ms"))
     row["aten_tflops"] = tflops(2 * m * n * k, row.get("aten_ms"))
     if row.get("flydsl_ms") and row.get("aten_ms"):
         row["speedup"] = row["aten_ms"] / row["flydsl_ms"]
     row["note"] = "; ".join(notes)
     return row
+
+
+def vllm_columns_format() -> str:
+    """The format vLLM's re-routed MX linear kernel serves (``integrations.vllm.mx.FORMAT``)."""
+    from ..integrations.vllm import mx
+
+    return mx.FORMAT
+
+
+def vllm_columns_for(row: dict, notes: list, b, sb, args, flush, dev) -> None:
+    """The vLLM columns of an ``mxfp8`` row (``bench.vllm_columns``): ``vllm_ms``, vLLM's native
+    MXFP8 linear kernel on bf16 activations and this row's weight (its quantizer and its GEMM);
+    ``vllm_quant_ms``, vLLM's quantizer alone; ``flydsl_hit_ms``, what a table hit runs instead
+    (that quantizer, then FlyDSL's GEMM). vLLM's result is checked against the float64 product of
+    its own quantization of the activations."""
+    from torch_flydsl.templates.scaled_gemm import reference
+
+    m, n, k = row["M"], row["N"], row["K"]
+    x = torch.randn(m, k, device=dev).to(torch.bfloat16)
+    try:
+        quantize = vllm_columns.mxfp8_quantize()
+        x_q, x_s = quantize(x)
+        ref = None if args.no_check else reference(x_q, b, x_s.view(torch.float8_e8m0fnu), sb, device=dev)
+    except Exception as e:  # vLLM's quantizer needs its GPU kernels
+        notes.append(f"vLLM: quantizer: {short_error(e)}")
+        return
+    weight, weight_scale = b.t(), sb[:n].view(torch.uint8)
+    baseline_column(row, notes, "vllm", "vLLM", lambda: vllm_columns.mxfp8_fn(x, weight, weight_scale), ref, args,
+                    flush, ERROR_LIMIT, time_ms)
+    try:
+        row["vllm_quant_ms"] = time_ms(lambda: quantize(x), args.warmup, args.iters, flush)
+    except Exception as e:
+        notes.append(f"vLLM quantizer: {short_error(e)}")
+    if row.get("flydsl_ms") and row.get("vllm_quant_ms"):
+        row["flydsl_hit_ms"] = row["flydsl_ms"] + row["vllm_quant_ms"]
 
 
 COLUMNS = ["format", "M", "N", "K", "flydsl_config", "flydsl_ms", "flydsl_tflops", "aten_ms", "aten_tflops",
@@ -361,6 +400,12 @@ def _from_spec(shapes: list):
     return [{"format": f, "M": m, "N": n, "K": k} for f, m, n, k in keys]
 
 
+def _vllm_plan(rec: dict, args) -> Optional[str]:
+    if rec["format"] != vllm_columns_format():
+        return None
+    return "vLLM MXFP8 linear (quantizer + dot_scaled)"
+
+
 BENCH = Suite(
     op="scaled_mm",
     intree_op="scaled_mm_v2",
@@ -375,28 +420,58 @@ BENCH = Suite(
     columns=tuple(COLUMNS),
     config_columns=tuple(CONFIG_COLUMNS),
     from_spec=_from_spec,
-    dispatch_entries=lambda rows: dispatch_entries(rows),
+    table_picks=lambda rows, opts: table_picks(rows, opts),
+    vllm_plan=_vllm_plan,
+    vllm=Baseline("vllm", "vLLM", "vllm_ms", ours="flydsl_hit_ms"),
 )
 
 
-def dispatch_entries(rows: list, tie_band: Optional[float] = None) -> list:
-    """Dispatch-table entries (``torch_flydsl.dispatch_table``, op ``scaled_mm``) for the shapes
-    where FlyDSL's best config beat every other timed column (ATen, Triton, in-tree) by more than
-    the tie band: what the vLLM MXFP8 re-route should serve. Written for the bias-free and the
-    bias call alike, as the mm suite does."""
-    from ..dispatch_table import Entry
-    from .report import TIE_BAND
+def table_picks(rows: list, opts=None) -> list:
+    """One ``picks.Pick`` per result row (``bench scaled_mm --table``, op ``scaled_mm``): an entry
+    where FlyDSL beats the kernel a table hit replaces by more than the tie band, inside the
+    roofline (``bench.picks``). For ``mxfp8`` with vLLM in the run that is vLLM's MXFP8 linear
+    kernel, against vLLM's quantizer plus FlyDSL's GEMM (what the hit runs), and FlyDSL's GEMM
+    must not lose to ATen's ``torch._scaled_mm``; a K the re-route does not serve gets none.
+    Other formats, or no vLLM: the fastest other timed column (ATen, Triton, in-tree). Written for
+    the bias-free and the bias call alike, as the mm suite does."""
+    from . import picks as pk
 
-    band = TIE_BAND if tie_band is None else tie_band
+    vllm = bool(getattr(opts, "vllm", False))
+    warm = not getattr(opts, "flush_l2", False)
     out = []
     for r in rows:
-        ours = r.get("flydsl_ms")
-        theirs = [r[c] for c in ("aten_ms", "triton_ms", "intree_ms") if r.get(c)]
-        if not r.get("flydsl_config") or not ours or not theirs or min(theirs) / ours <= 1 + band:
-            continue
-        if r["format"] not in DTYPES:
-            continue
-        for bias in (False, True):
-            out.append(Entry("scaled_mm", r["format"], "nt", bias, int(r["M"]), int(r["N"]), int(r["K"]),
-                             r["flydsl_config"], "bench", round(ours * 1e3, 3)))
+        fmt, m, n, k = r["format"], int(r["M"]), int(r["N"]), int(r["K"])
+        verdict, notes = _verdict(r, vllm, warm)
+        entries = pk.entries_for(BENCH.op, fmt, m, n, k, r["flydsl_config"], r["flydsl_ms"] * 1e3) \
+            if verdict.win and fmt in DTYPES else ()
+        out.append(pk.Pick((r,), BENCH.label(r), verdict, entries, (BENCH.op, fmt, "nt", n, k, 0), m, None, notes))
     return out
+
+
+def _verdict(r: dict, vllm: bool, warm: bool) -> tuple:
+    from . import picks as pk
+
+    fmt = r["format"]
+    if not r.get("flydsl_ms") or not r.get("flydsl_config"):
+        return pk.undecided(f"FlyDSL has no time ({r.get('note') or 'no config was timed'})"), ()
+    gemm = pk.Timed(f"FlyDSL {r['flydsl_config']}", r["flydsl_ms"])
+    aten = pk.Timed("ATen", r["aten_ms"]) if r.get("aten_ms") else None
+    work = pk.dense_work(int(r["M"]), int(r["N"]), int(r["K"]), fmt)
+    if vllm and fmt == vllm_columns_format():
+        from ..integrations.vllm import mx
+
+        if int(r["K"]) % mx.K_ALIGN:
+            return pk.undecided(f"K={r['K']} is not a multiple of {mx.K_ALIGN}: the MXFP8 re-route keeps such "
+                                "layers on vLLM's kernel, so no entry would be read"), ()
+        if not r.get("vllm_ms") or not r.get("flydsl_hit_ms"):
+            return pk.undecided(f"vLLM's columns have no time ({r.get('note') or 'not timed'})"), ()
+        ours = pk.Timed("vLLM's quantizer + FlyDSL", r["flydsl_hit_ms"])
+        base = pk.Timed("vLLM's MXFP8 linear kernel", r["vllm_ms"])
+        return pk.judge(ours, base, aten, gemm, work, warm), ()
+    found = pk.fastest(r, (("aten_ms", "ATen"), ("triton_ms", "Triton"), ("intree_ms", "in-tree FlyDSL")))
+    if found is None:
+        return pk.undecided("no baseline column has a time"), ()
+    base = found
+    notes = (f"no vLLM column for {fmt} (this bench times vLLM's {vllm_columns_format()} linear kernel only): "
+             "judged against the fastest timed column",) if vllm else ()
+    return pk.judge(gemm, base, aten, work=work, warm=warm), notes

@@ -11,6 +11,16 @@ from .report import Baseline
 
 TRITON = Baseline("triton", "Triton (Inductor)", "triton_ms")
 INTREE = Baseline("intree", "in-tree FlyDSL", "intree_ms")
+VLLM = Baseline("vllm", "vLLM", "vllm_ms")  # what vLLM itself runs for the call (bench.vllm_columns)
+
+
+class SpecRecords(list):
+    """The shape records a suite takes from a precompile shapes spec (``Suite.from_spec``), with
+    one line (``skipped``) per kind of shape in it that the suite does not time, and why."""
+
+    def __init__(self, records, skipped=()):
+        super().__init__(records)
+        self.skipped = list(skipped)
 
 
 @dataclass(frozen=True)
@@ -31,11 +41,17 @@ class Suite:
     # suite (e.g. what ``TORCH_FLYDSL_RECORD_SHAPES`` recorded in a vLLM run); None: it reads
     # none. ``BenchError``-worthy cases return a sentence instead (no such shape in the file).
     from_spec: "Callable[[list], Union[list, str]] | None" = None
-    # Dispatch-table entries for the shapes FlyDSL won (``bench --table``); None: it writes none.
-    dispatch_entries: "Callable[[list], list] | None" = None
+    # ``bench --table``: one ``picks.Pick`` per judged shape of the result rows (entries for the
+    # shapes FlyDSL won, the reason for every other), before M ranges merge; None: it writes none.
+    table_picks: "Callable[[list, Namespace], list] | None" = None
+    # The vLLM column (``bench.vllm_columns``): what it times for one shape record (None: no
+    # column for that shape, e.g. an MX format vLLM's re-routed kernel does not serve); None:
+    # the suite has no vLLM column.
+    vllm_plan: "Callable[[dict, Namespace], Union[str, None]] | None" = None
+    vllm: Baseline = VLLM
 
-    def baselines(self, intree: bool) -> list[Baseline]:
-        return [self.aten, TRITON, *([INTREE] if intree else [])]
+    def baselines(self, intree: bool, vllm: bool = False) -> list[Baseline]:
+        return [self.aten, TRITON, *([INTREE] if intree else []), *([self.vllm] if vllm else [])]
 
 
 def plan_keys(found, configs: Callable = lambda c: (c,)) -> Union[tuple, str]:
