@@ -555,3 +555,47 @@ def test_the_summary_gets_a_vllm_column_when_a_suite_timed_one():
     assert "| op | shapes | vs ATen | vs Triton (Inductor) | vs in-tree FlyDSL | vs vLLM | report |" in lines
     assert "| mm | 1 | 1.100x (1/0/0) | n/a | - | 1.200x (1/0/0) | [mm.md](mm.md) |" in lines
     assert "| rms_norm | 0 | n/a | n/a | - | - | [rms_norm.md](rms_norm.md) |" in lines
+
+
+VLLM_CONTRACT = textwrap.dedent('''
+    import inspect, importlib, torch
+    from torch_flydsl.bench import vllm_columns as vc
+    assert [vc.status(op) for op in ("mm", "scaled_mm", "grouped_mm")] == [None] * 3
+    print(torch.ops.vllm.rocm_unquantized_gemm.default._schema)
+    # the MXFP8 column's layer and kernel, built from vLLM 0.33's classes on a platform made to
+    # answer as a gfx950 (construction only) and its Triton GEMM replaced by a plumbing stand-in
+    native = importlib.import_module(vc.MX_NATIVE)
+    from vllm.platforms import PlatformEnum, current_platform
+    current_platform._enum = PlatformEnum.ROCM
+    current_platform.is_rocm = lambda: True
+    current_platform.supports_mx = lambda: True
+    calls = []
+    def dot_scaled_plumbing_standin(x, w, s):
+        calls.append((tuple(x.shape), tuple(w.shape), tuple(s.shape), str(s.dtype)))
+        return x.new_zeros(x.shape[0], w.shape[0])
+    native._mxfp8_dot_scaled_linear = dot_scaled_plumbing_standin
+    w = (torch.randn(64, 256) * 16).clamp(-448, 448).to(torch.float8_e4m3fn)
+    s = torch.randint(120, 135, (64, 8), dtype=torch.uint8)
+    out = vc.mxfp8_fn(torch.randn(32, 256).to(torch.bfloat16), w, s)()
+    print("mxfp8", tuple(out.shape), calls)
+    fm = importlib.import_module(vc.FUSED_MOE)
+    inspect.signature(fm.invoke_fused_moe_triton_kernel).bind(
+        "a", "w", "out", None, None, None, "ids", "experts", "padded", False, 1, {}, compute_type="bf16",
+        use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
+        per_channel_quant=False, block_shape=None, B_bias=None)
+    inspect.signature(fm._prepare_expert_assignment).bind("topk_ids", {}, 40, 1, 8, None)
+    inspect.signature(fm.try_get_optimal_moe_config).bind((8, 96, 128), (8, 128, 48), 2, None, 40)
+    print("moe calls bind")
+    ''')
+
+
+@pytest.mark.skipif(not VLLM_VENV.exists(), reason="no .venv-vllm (scripts/vllm_hook_test.sh creates it)")
+def test_the_vllm_columns_calls_fit_vllm_0_33s_classes_and_signatures():
+    """What can be checked of the vLLM columns without a GPU, against the real vLLM 0.33.0: the
+    op's schema, the MXFP8 layer built and applied through vLLM's own kernel class (its Triton GEMM
+    stood in), and the fused-MoE calls' arguments binding to vLLM's functions."""
+    r = subprocess.run([str(VLLM_VENV), "-c", VLLM_CONTRACT], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "vllm::rocm_unquantized_gemm(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor" in r.stdout
+    assert "mxfp8 (32, 64) [((32, 256), (64, 256), (64, 8), 'torch.uint8')]" in r.stdout
+    assert "moe calls bind" in r.stdout
