@@ -68,7 +68,8 @@ def test_doctor_has_a_vllm_section_and_json_with_the_same_answers(tmp_path):
     assert "none (this is not a vLLM process)" in vllm
     assert "TORCH_FLYDSL_RECORD_SHAPES" in vllm and "compile-cache fingerprint" in vllm  # long values wrap
     doc = json.loads(cli("doctor", "--json", env=env))
-    assert set(doc) == {"checks", "families", "serving", "vllm"}
+    assert set(doc) == {"checks", "families", "serving", "vllm", "flydsl_requirements"}
+    assert doc["flydsl_requirements"]["requirements"][-1]["distribution"] == "torch-flydsl"
     assert doc["vllm"]["TORCH_FLYDSL_RECORD_SHAPES"] == str(tmp_path / "shapes.json")
     assert doc["vllm"]["dispatch table"].endswith("3 entries (2 mm, 1 scaled_mm)")
     assert [f["family"] for f in doc["families"]][:2] == ["dense_gemm", "scaled_gemm"]

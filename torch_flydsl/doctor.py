@@ -1,11 +1,14 @@
 """``python -m torch_flydsl doctor``: everything that decides whether FlyDSL kernels can run here,
 the registered kernel families, and, per op family, who serves it on this install (the plugin,
-torch's in-tree FlyDSL backend or PyTorch) and why."""
+torch's in-tree FlyDSL backend or PyTorch) and why; the vLLM route; and who else requires flydsl
+(a package that pins it, as AITER does, must keep its flydsl: the plugin is installed without
+the ``[flydsl]`` extra there)."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+from typing import Optional
 
 from tabulate import tabulate
 
@@ -118,8 +121,9 @@ def rows() -> list[tuple[str, str]]:
     from . import __version__, config, is_enabled
     from .runtime import intree
     from .runtime.arch import device_arch
-    from .runtime.probe import find_lld, flydsl_info, hip_runtime_present
+    from .runtime.probe import find_lld, flydsl_info, hip_runtime_present, off_reported_elsewhere
 
+    off_reported_elsewhere()  # this report says why the plugin is off: no warning besides it
     info = flydsl_info()
     hip = hip_runtime_present()
     arch = device_arch(0) if hip else None
@@ -131,6 +135,7 @@ def rows() -> list[tuple[str, str]]:
         ("torch_flydsl", __version__),
         ("torch", torch.__version__),
         ("flydsl", flydsl),
+        ("flydsl pinned by", _pinned_by_row()),
         ("triton", _version("triton")),
         ("HIP runtime", f"yes (HIP {torch.version.hip})" if hip else f"no (torch.version.hip={torch.version.hip})"),
         ("GPU arch", arch or "none detected"),
@@ -156,6 +161,56 @@ def rows() -> list[tuple[str, str]]:
         if knob.env in os.environ:
             out.append((knob.env, os.environ[knob.env]))
     return out
+
+
+def _pinned_by_row() -> str:
+    """Who else pins flydsl, in one line (the table below has each requirement)."""
+    from .runtime.probe import flydsl_requirements, installed_flydsl, pinned_by
+
+    pins = pinned_by(flydsl_requirements(installed_flydsl()))
+    if not pins:
+        return "no other installed package (pip may install torch-flydsl[flydsl] here)"
+    names = ", ".join(f"{r.dist} (flydsl{r.specifier})" for r in pins)
+    return f"{names}: install torch-flydsl without the [flydsl] extra here"
+
+
+def _flydsl_requirements() -> tuple[Optional[str], list[tuple[str, str, str, Optional[bool]]]]:
+    """The installed flydsl, and everything installed that requires it, torch-flydsl last: the
+    distribution, its version, the requirement, whether the installed flydsl satisfies it
+    (None: no flydsl installed, or undecidable)."""
+    from . import __version__
+    from .runtime.probe import SUPPORTED_RANGE, flydsl_requirements, in_supported_range, installed_flydsl
+
+    installed = installed_flydsl()
+    out = [(r.dist, r.dist_version, r.requirement, r.satisfied) for r in flydsl_requirements(installed)]
+    ours = in_supported_range(installed) if installed else None
+    out.append(("torch-flydsl", __version__, f"flydsl{SUPPORTED_RANGE} (its [flydsl] extra)", ours))
+    return installed, out
+
+
+def flydsl_requirement_rows() -> list[tuple[str, str, str, str]]:
+    """``_flydsl_requirements`` for the table: whether the installed flydsl satisfies each, in words."""
+    installed, reqs = _flydsl_requirements()
+
+    def said(dist: str, ok: Optional[bool]) -> str:
+        if installed is None:
+            return "no flydsl installed"
+        word = "unknown" if ok is None else ("yes" if ok else "no")
+        return f"{word} (the plugin is off)" if dist == "torch-flydsl" and ok is False else word
+
+    return [(d, v, req, said(d, ok)) for d, v, req, ok in reqs]
+
+
+def flydsl_verdict() -> str:
+    """One line under the requirements table: may pip change flydsl here, and what to install."""
+    from .runtime.probe import flydsl_install_refusal, flydsl_requirements, installed_flydsl, pinned_by, pinned_options
+
+    why = flydsl_install_refusal()
+    if why is None:
+        return "No other installed package pins flydsl: pip install 'torch-flydsl[flydsl]' may install or replace it."
+    installed = installed_flydsl()
+    return (f"pip must not change flydsl here ({why}): install torch-flydsl without the [flydsl] extra. "
+            f"{pinned_options(installed, pinned_by(flydsl_requirements(installed)))}")
 
 
 def _here() -> tuple[str, int]:
@@ -223,7 +278,18 @@ def as_json() -> dict:
         "serving": [{"op": op, "served_here": here, "on_gfx950": mi350, "why": why}
                     for op, here, mi350, why in serving_rows()],
         "vllm": dict(vllm_rows()),
+        "flydsl_requirements": _flydsl_requirements_json(),
     }
+
+
+def _flydsl_requirements_json() -> dict:
+    from .runtime.probe import flydsl_install_refusal
+
+    installed, reqs = _flydsl_requirements()
+    return {"installed": installed,
+            "requirements": [{"distribution": d, "version": v, "requires": req, "satisfied": ok}
+                             for d, v, req, ok in reqs],
+            "pip_may_change_flydsl": flydsl_install_refusal() is None}
 
 
 def report() -> str:
@@ -231,6 +297,8 @@ def report() -> str:
     fams = tabulate(family_rows(), headers=["family", "serves", "kernel version", "curated configs"])
     serving = tabulate(serving_rows(), headers=["op", "served here", "on a gfx950", "why"], maxcolwidths=[None, None, None, 90])
     vllm = tabulate(vllm_rows(), tablefmt="plain", maxcolwidths=[None, 100])
+    reqs = tabulate(flydsl_requirement_rows(), headers=["distribution", "version", "requires", "installed flydsl satisfies it"])
     return (f"{table}\n\nKernel families:\n{fams}\n\n"
             f"Who serves each op (Inductor ops: when FLYDSL is requested under max-autotune):\n{serving}\n\n"
-            f"vLLM:\n{vllm}")
+            f"vLLM:\n{vllm}\n\n"
+            f"Who requires flydsl (installed flydsl: {_version('flydsl')}):\n{reqs}\n{flydsl_verdict()}")
