@@ -91,6 +91,22 @@ def check_problem(a: TensorMeta, b: TensorMeta, scale_a: TensorMeta, scale_b: Te
     return ScaledGroupedProblem(t_rows, n, k, g, "e4m3", "e4m3", out.dtype)
 
 
+def moe_forward_metas(tokens: int, n: int, k: int, groups: int, out_dtype: torch.dtype = torch.bfloat16,
+                      device_type: str = "cuda") -> tuple[TensorMeta, ...]:
+    """``(a, b, scale_a, scale_b, offs, out)`` of the MoE forward as its callers lay it out
+    (``_scaled_grouped_mm_v2`` and vLLM's MXFP8 experts alike): A ``[tokens, K]`` row-major, each
+    expert's weight stored ``[N, K]`` (B ``[G, K, N]`` column-major per group), scales ``[tokens,
+    K/32]`` and ``[G, N, K/32]`` contiguous, int32 ``offs [G]``, output ``[tokens, N]``."""
+    fp8, blocks = torch.float8_e4m3fn, k // SCALE_BLOCK
+    contiguous = TensorMeta.contiguous
+    return (contiguous((tokens, k), fp8, device_type),
+            TensorMeta((groups, k, n), (n * k, 1, k), fp8, 0, device_type),
+            contiguous((tokens, blocks), SCALE_DTYPE, device_type),
+            contiguous((groups, n, blocks), SCALE_DTYPE, device_type),
+            contiguous((groups,), torch.int32, device_type),
+            contiguous((tokens, n), out_dtype, device_type))
+
+
 def check_tensors(a, b, scale_a, scale_b, offs, out, bias=None):
     of = TensorMeta.of_optional
     return check_problem(of(a), of(b), of(scale_a), of(scale_b), of(offs), of(out), of(bias))
