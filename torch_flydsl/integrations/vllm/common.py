@@ -1,8 +1,9 @@
 """What every vLLM re-route shares: the opt-in knob, arming a step for when a vLLM module has
-executed, the guard that keeps a bug of ours from failing vLLM, and the once-per-key log lines.
+executed, the guard that keeps a bug of ours from failing vLLM, the once-per-key log lines, and
+the MoE routes' sort of routed rows by expert (``moe`` and ``moe_mx``).
 
-The bottom of the ``integrations.vllm`` package: ``linear``, ``mx``, ``moe`` and ``cache_key``
-import it, it imports none of them.
+The bottom of the ``integrations.vllm`` package: the re-routes and ``cache_key`` import it, it
+imports none of them.
 """
 
 from __future__ import annotations
@@ -92,6 +93,21 @@ def batch_invariant() -> bool:
         return bool(getattr(envs, "VLLM_BATCH_INVARIANT", False))
     except Exception:  # noqa: BLE001
         return False
+
+
+def sort_routed_rows(topk_ids, groups: int) -> tuple:
+    """``(order, offs)`` for an MoE call's routed rows (row ``r`` = token ``r // top_k``'s
+    ``r % top_k``-th expert, ``topk_ids.reshape(-1)[r]``): ``order`` the rows grouped by expert
+    (a stable ``argsort``, int64), ``offs`` each expert's cumulative end (int32 ``[groups]``, as
+    the grouped families read it). Device ops only (counts by ``index_add_``): no host sync, so it
+    captures in a CUDA graph."""
+    import torch
+
+    flat = topk_ids.reshape(-1).to(torch.int64)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.zeros(groups, dtype=torch.int32, device=flat.device)
+    counts.index_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
+    return order, torch.cumsum(counts, 0, dtype=torch.int32)
 
 
 def guarded_serve(what: str, serve: Callable, *args) -> tuple:

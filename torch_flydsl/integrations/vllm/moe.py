@@ -49,7 +49,7 @@ import threading
 from typing import Any, Optional
 
 from ..._log import log
-from .common import _say, arm, armed, batch_invariant, enabled, guarded_serve, require_seam
+from .common import _say, arm, armed, batch_invariant, enabled, guarded_serve, require_seam, sort_routed_rows
 
 METHOD_MODULE = "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method"
 TRITON_MODULE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
@@ -234,11 +234,7 @@ def serve(experts, output, hidden_states, w1, w2, topk_weights, topk_ids, activa
     if act_n != inter:
         return None, f"the activation gives {act_n} columns, W2 takes {inter}"
 
-    flat = topk_ids.reshape(-1).to(torch.int64)
-    order = torch.argsort(flat, stable=True)  # routed rows, grouped by expert
-    counts = torch.zeros(groups, dtype=torch.int32, device=flat.device)
-    counts.index_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
-    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    order, offs = sort_routed_rows(topk_ids, groups)  # routed rows, grouped by expert
     a1 = hidden_states.index_select(0, order // top_k)
     # vLLM's workspaces where they fit, as its own kernel uses them: workspace2 holds W13's
     # output, then (dead after the activation) the weighted rows; workspace13 the activation.
