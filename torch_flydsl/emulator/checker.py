@@ -1,4 +1,5 @@
-"""Findings about a kernel run: LDS races, reads before async-load waits, OOB, uninitialized LDS.
+"""Findings about a kernel run: LDS races, reads before async-load waits, OOB, uninitialized LDS,
+global-memory races (their happens-before model is ``hb.py``).
 
 LDS is shadowed byte by byte. A *phase* is the stretch between two barrier releases of the
 workgroup: two accesses to the same LDS byte by different waves in the same phase, at least
@@ -19,9 +20,10 @@ ASYNC_READ_BEFORE_WAIT = "lds_read_before_async_wait"
 GLOBAL_OOB = "global_out_of_bounds"
 LDS_OOB = "lds_out_of_bounds"
 LDS_UNINIT = "lds_uninitialized_read"
+GLOBAL_RACE = "global_race"  # emulator/hb.py: plain global accesses of two waves with no happens-before
 
 #: Kinds that make a kernel run count as failed in the harness.
-ERROR_KINDS = (RACE, ASYNC_READ_BEFORE_WAIT, GLOBAL_OOB, LDS_OOB, LDS_UNINIT)
+ERROR_KINDS = (RACE, ASYNC_READ_BEFORE_WAIT, GLOBAL_OOB, LDS_OOB, LDS_UNINIT, GLOBAL_RACE)
 
 
 @dataclass

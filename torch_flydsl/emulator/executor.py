@@ -14,6 +14,7 @@ from . import ops  # noqa: F401  (registers op semantics)
 from .capture import CapturedKernel, HostSlot
 from .checker import ERROR_KINDS, Finding, Findings
 from .errors import EmulatorError
+from .hb import GlobalShadow
 from .ir_program import Func, Program, read_program
 from .memory import GlobalMemory
 from .state import Wave, Workgroup
@@ -234,8 +235,10 @@ def run_launch(
     if workgroups is None:
         workgroups = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
     count = 0
+    waves = (nthreads + 63) // 64
+    hb = GlobalShadow(waves, grid[0] * grid[1] * grid[2], findings) if check else None
     for bid in workgroups:
-        wg = Workgroup(bid, grid, block, lds, mem, findings, check)
+        wg = Workgroup(bid, grid, block, lds, mem, findings, check, hb)
         run_workgroup(plan, cp.program.num_values, wg, launch["args"])
         count += 1
     return LaunchRecord(plan.name, tuple(grid), tuple(block), launch["dynamic_smem"], lds, count, time.perf_counter() - t0)

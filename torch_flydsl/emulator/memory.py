@@ -79,19 +79,24 @@ class GlobalMemory:
             groups.append((reg, sel, (addr[sel] - reg.start)[:, None] + span))
         return active & ~ok, groups
 
-    def read(self, addr: np.ndarray, nbytes: int, active: np.ndarray):
-        """Bytes at ``addr`` (L,) -> (L, nbytes) uint8, and the lanes that were out of bounds."""
+    def read(self, addr: np.ndarray, nbytes: int, active: np.ndarray, visit=None):
+        """Bytes at ``addr`` (L,) -> (L, nbytes) uint8, and the lanes that were out of bounds.
+        ``visit(region, byte offsets)`` sees every region touched (the race checker)."""
         out = np.zeros((addr.shape[0], nbytes), np.uint8)
         oob, groups = self._by_region(addr, nbytes, active)
         for reg, sel, idx in groups:
             out[sel] = reg.data[idx]
+            if visit is not None:
+                visit(reg, idx)
         return out, oob
 
-    def write(self, addr: np.ndarray, data: np.ndarray, active: np.ndarray, writer: int = -1):
+    def write(self, addr: np.ndarray, data: np.ndarray, active: np.ndarray, writer: int = -1, visit=None):
         """Store (L, nbytes) bytes for workgroup ``writer`` (linear id); returns the
-        out-of-bounds lanes (which were dropped)."""
+        out-of-bounds lanes (which were dropped). ``visit`` as for ``read``."""
         oob, groups = self._by_region(addr, data.shape[1], active)
         for reg, sel, idx in groups:
+            if visit is not None:
+                visit(reg, idx)
             # Lanes are applied in order, so the highest lane wins on overlap (one valid HW order).
             reg.data[idx] = data[sel]
             if reg.writer is not None:

@@ -8,13 +8,15 @@ from typing import Deque, List, Optional, Tuple
 import numpy as np
 
 from .checker import Findings, LdsShadow
+from .hb import GlobalShadow, WaveClock
 from .memory import GlobalMemory
 
 WAVE = 64
 
 
 class Workgroup:
-    def __init__(self, block_id, grid, block, lds_size: int, mem: GlobalMemory, findings: Findings, check: bool):
+    def __init__(self, block_id, grid, block, lds_size: int, mem: GlobalMemory, findings: Findings, check: bool,
+                 hb: Optional[GlobalShadow] = None):
         self.block_id = tuple(int(b) for b in block_id)
         self.grid = tuple(int(g) for g in grid)
         x, y, z = self.block_id
@@ -30,12 +32,13 @@ class Workgroup:
         self.next_async_id = 0
         self.nthreads = self.block[0] * self.block[1] * self.block[2]
         self.nwaves = (self.nthreads + WAVE - 1) // WAVE
+        self.hb = hb  # the launch's global happens-before checker (with ``check``)
 
 
 class Wave:
     """A wave64: the unit of lockstep execution. Values live in ``env`` (one slot per SSA value)."""
 
-    __slots__ = ("env", "mask", "wave_id", "lane", "tid", "wg", "vm_queue", "lanes", "full_mask")
+    __slots__ = ("env", "mask", "wave_id", "lane", "tid", "wg", "vm_queue", "lanes", "full_mask", "hb")
 
     def __init__(self, wg: Optional[Workgroup], wave_id: int, num_values: int, lanes: int = WAVE):
         self.env: List = [None] * num_values
@@ -54,3 +57,6 @@ class Wave:
             self.tid = (z, z, z)
             self.full_mask = np.ones(lanes, np.bool_)
         self.mask = self.full_mask
+        self.hb: Optional[WaveClock] = None
+        if wg is not None and wg.hb is not None:
+            self.hb = wg.hb.wave_clock(wg.linear_id, wave_id)

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..checker import GLOBAL_OOB, LDS_OOB
 from ..errors import EmulatorError, UnsupportedOp
+from ..hb import AGENT_SCOPE, MONOTONIC, NOT_ATOMIC, ordering_of, scope_of
 from ..numerics import from_bytes, to_bytes
 from ..translate import register
 from ..types import TypeInfo, byte_size
@@ -70,21 +71,29 @@ def lds_write(W, addr, data, loc, active=None, async_op=-1):
     return np.zeros(0, np.int64)
 
 
-def global_read(W, addr, nbytes, loc, active=None):
+def _plain_visit(W, write: bool, loc):
+    """The race checker's hook for a plain (non-atomic) global access of ``W``, or None."""
+    hb = W.wg.hb
+    if hb is None or W.hb is None:
+        return None
+    return lambda reg, idx: hb.access(W, reg, idx, write, loc)
+
+
+def global_read(W, addr, nbytes, loc, active=None, atomic=False):
     wg = W.wg
     active = W.mask if active is None else active
     a = full(addr, W.lanes).astype(np.int64)
-    out, oob = wg.mem.read(a, nbytes, active)
+    out, oob = wg.mem.read(a, nbytes, active, None if atomic else _plain_visit(W, False, loc))
     if oob.any():
         wg.findings.add(GLOBAL_OOB, f"global read of {nbytes} bytes outside every kernel tensor", loc, wg.block_id, W.wave_id)
     return out
 
 
-def global_write(W, addr, data, loc, active=None):
+def global_write(W, addr, data, loc, active=None, atomic=False):
     wg = W.wg
     active = W.mask if active is None else active
     a = full(addr, W.lanes).astype(np.int64)
-    oob = wg.mem.write(a, data, active, wg.linear_id)
+    oob = wg.mem.write(a, data, active, wg.linear_id, None if atomic else _plain_visit(W, True, loc))
     if oob.any():
         wg.findings.add(GLOBAL_OOB, f"global write of {data.shape[1]} bytes outside every kernel tensor (dropped)", loc, wg.block_id, W.wave_id)
 
@@ -173,6 +182,15 @@ def _gep(n, T):
 # ---- llvm.load / llvm.store ----------------------------------------------------------------------
 
 
+def atomic_sync(W, addr, active, order: int, level: int, reads: bool, writes: bool, rmw: bool) -> None:
+    """Tell the race checker (``hb``) about an atomic global access of the ``active`` lanes."""
+    hb = W.wg.hb if W.wg is not None else None
+    if hb is None or W.hb is None:
+        return
+    a = full(addr, W.lanes).astype(np.int64)
+    hb.atomic(W, a[np.flatnonzero(active)], order, level, reads, writes, rmw)
+
+
 @register("llvm.load")
 def _load(n, T):
     pt = n.operand_types[0]
@@ -180,6 +198,18 @@ def _load(n, T):
     nbytes = byte_size(t)
     p, r = n.operands[0], n.results[0]
     loc = n.loc
+    order = ordering_of(n.attrs.get("ordering"))
+    if order != NOT_ATOMIC and pt.addr_space in (0, 1):
+        level = scope_of(n.attrs.get("syncscope"))
+
+        def atomic_step(W):
+            a = W.env[p]
+            act = np.array([W.mask.any()]) if a.shape[0] == 1 else W.mask
+            W.env[r] = from_bytes(global_read(W, a, nbytes, loc, active=act, atomic=True), t)
+            atomic_sync(W, a, act, order, level, reads=True, writes=False, rmw=False)
+            count_vm_op(W)
+
+        return atomic_step
     if pt.addr_space == 3:
 
         def step(W):
@@ -206,6 +236,16 @@ def _store(n, T):
     t = n.operand_types[0]
     pt = n.operand_types[1]
     loc = n.loc
+    order = ordering_of(n.attrs.get("ordering"))
+    if order != NOT_ATOMIC and pt.addr_space in (0, 1):
+        level = scope_of(n.attrs.get("syncscope"))
+
+        def atomic_step(W):
+            global_write(W, W.env[p], to_bytes(W.env[v], t, W.lanes), loc, atomic=True)
+            atomic_sync(W, W.env[p], W.mask, order, level, reads=False, writes=True, rmw=False)
+            count_vm_op(W)
+
+        return atomic_step
     if pt.addr_space == 3:
 
         def step(W):
@@ -423,11 +463,11 @@ def _rmw_lanes(W, addr, val, t, fn, loc, space, active=None):
     for i in np.flatnonzero(active):  # global memory: lane by lane
         one = np.zeros(lanes, np.bool_)
         one[i] = True
-        cur = from_bytes(global_read(W, a, nbytes, loc, active=one), t)
+        cur = from_bytes(global_read(W, a, nbytes, loc, active=one, atomic=True), t)
         new = fn(cur, v)
         if rnd is not None:
             new = rnd(new)
-        global_write(W, a, to_bytes(new, t, lanes), loc, active=one)
+        global_write(W, a, to_bytes(new, t, lanes), loc, active=one, atomic=True)
         old[i] = cur[i]
     return old
 
@@ -492,6 +532,8 @@ def _atomicrmw(n, T):
     r = n.results[0] if n.results else None
     fn = _RMW[op]
     loc = n.loc
+    order = ordering_of(n.attrs.get("ordering", MONOTONIC))
+    level = scope_of(n.attrs.get("syncscope"))
 
     def step(W):
         e = W.env
@@ -499,6 +541,7 @@ def _atomicrmw(n, T):
         if r is not None:
             e[r] = old
         if space != 3:
+            atomic_sync(W, e[p], W.mask, order, level, reads=True, writes=True, rmw=True)
             count_vm_op(W)
 
     return step
@@ -520,6 +563,8 @@ def _buffer_atomic(op):
             old = _rmw_lanes(W, addr, e[val], t, fn, loc, 1, active=act)
             if r is not None:
                 e[r] = old
+            # The buffer atomic intrinsics carry no LLVM ordering: relaxed, device-wide.
+            atomic_sync(W, addr, act, MONOTONIC, AGENT_SCOPE, reads=True, writes=True, rmw=True)
             count_vm_op(W)
 
         return builder_step(step)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedOp
+from ..hb import ACQUIRE, RELEASE, WG_SCOPE, ordering_of, scope_of
 from ..translate import Gen, register
 
 _NOOPS = (
@@ -20,7 +21,6 @@ _NOOPS = (
     "rocdl.s.setprio",
     "rocdl.s.sleep",
     "rocdl.s.nop",
-    "llvm.fence",
     "rocdl.sched.vgpr.count",
     "llvm.intr.assume",
     "rocdl.s.dcache.wb",
@@ -38,13 +38,40 @@ for _n in _NOOPS:
     register(_n)(_noop)
 
 
+@register("llvm.fence")
+def _fence(n, T):
+    """A fence orders nothing in this sequentially consistent memory; the race checker
+    (``hb``) takes its ordering and scope."""
+    order = ordering_of(n.attrs.get("ordering"))
+    level = scope_of(n.attrs.get("syncscope"))
+
+    def step(W):
+        if W.hb is not None:
+            W.hb.fence(order, level)
+
+    return step
+
+
 @register("gpu.barrier", "rocdl.s.barrier", "rocdl.barrier")
 def _barrier(n, T):
+    """``s_barrier``; ``gpu.barrier`` is LLVM's workgroup release fence, ``s_barrier`` and
+    workgroup acquire fence (what it lowers to), so it also orders the workgroup's global
+    accesses for the race checker."""
     if T.host:
         raise UnsupportedOp(n.name, "barrier in host code", n.loc)
+    fenced = n.name == "gpu.barrier"
 
     def g(W):
+        hb = W.wg.hb if W.hb is not None else None
+        if hb is not None:
+            if fenced:
+                W.hb.fence(RELEASE, WG_SCOPE)
+            hb.barrier_arrive(W)
         yield "barrier"
+        if hb is not None:
+            hb.barrier_leave(W)
+            if fenced:
+                W.hb.fence(ACQUIRE, WG_SCOPE)
 
     return Gen(g)
 
