@@ -270,16 +270,18 @@ def mx_row(m, gemm, quant=None, vllm=None, aten=None, k=256, fmt="mxfp8"):
 
 
 def test_mxfp8_is_judged_as_the_hit_runs_it_vllms_quantizer_plus_flydsl_against_vllms_kernel():
-    win, quant_eats_it, k_off, fp4 = cli.table_picks(smm.BENCH, [
+    win, quant_eats_it, k_off, fp4, fp4_untimed = cli.table_picks(smm.BENCH, [
         mx_row(32, 0.010, quant=0.002, vllm=0.015, aten=0.011),
         mx_row(64, 0.010, quant=0.004, vllm=0.0141, aten=0.011),
         mx_row(32, 0.010, quant=0.002, vllm=0.015, aten=0.011, k=160),
-        mx_row(32, 0.010, aten=0.012, fmt="mxfp4")], opts())
+        mx_row(32, 0.010, quant=0.002, vllm=0.018, aten=0.013, fmt="mxfp4"),
+        mx_row(64, 0.010, aten=0.012, fmt="mxfp4")], opts())
     assert win.entries and win.reason == "entry: wins 1.250x over vLLM's MXFP8 linear kernel"
     assert quant_eats_it.reason.startswith("no entry: tie with vLLM's MXFP8 linear kernel (1.007x")
     assert k_off.reason.startswith("no entry: K=160 is not a multiple of 128: the MXFP8 re-route keeps such layers")
-    assert fp4.entries and fp4.reason == ("entry: wins 1.200x over ATen; no vLLM column for mxfp4 (this bench times "
-                                          "vLLM's mxfp8 linear kernel only): judged against the fastest timed column")
+    # MXFP4 is judged the same way, against vLLM's own W4A4 kernel (AITER's where installed)
+    assert fp4.entries and fp4.reason == "entry: wins 1.500x over vLLM's MXFP4 (W4A4) linear kernel"
+    assert not fp4_untimed.entries and fp4_untimed.reason.startswith("no entry: vLLM's columns have no time")
 
 
 def test_the_scaled_bench_times_vllms_columns_with_plumbing_standins(monkeypatch):
@@ -322,6 +324,44 @@ def test_the_scaled_bench_times_vllms_columns_with_plumbing_standins(monkeypatch
     from torch_flydsl.bench.report import compare
 
     assert compare([row], vs).geomean == 2.0  # vLLM's kernel over the quantizer plus FlyDSL
+
+
+def test_the_scaled_bench_times_vllms_mxfp4_columns_with_plumbing_standins(monkeypatch):
+    """MXFP4 rows get the vLLM column too: vLLM's W4A4 kernel on the row's packed weight, and the
+    re-route's quantizer (the plugin's torch version of vLLM's rule stands in for the Triton one)."""
+    from torch_flydsl.bench import vllm_columns
+    from torch_flydsl.templates.scaled_gemm import reference
+    from torch_flydsl.templates.scaled_gemm.quantize import mxfp4_quantize
+
+    fp4, e8m0 = torch.float4_e2m1fn_x2, torch.float8_e8m0fnu
+    seen = []
+
+    def mxfp4_linear_plumbing_standin(x, weight, weight_scale):
+        seen.append((weight.dtype, tuple(weight.shape), tuple(weight_scale.shape)))
+
+        def call():
+            q, s = mxfp4_quantize(x)
+            return reference(q.view(fp4), weight.view(fp4).t(), s.view(e8m0), weight_scale.view(e8m0)).to(x.dtype)
+
+        call.ms = 3.0
+        return call
+
+    def exact(a, b, sa, sb, out):
+        call = lambda: reference(a, b, sa, sb).to(out.dtype)  # noqa: E731
+        call.ms = 1.0
+        return call
+
+    monkeypatch.setattr(smm, "flydsl_fn", lambda via, cfg, p, a, b, sa, sb, out: exact(a, b, sa, sb, out))
+    monkeypatch.setattr(smm, "aten_fn", lambda v, a, b, sa, sb, out: exact(a, b, sa, sb, out))
+    monkeypatch.setattr(smm, "time_ms", lambda fn, warmup, iters, flush=None: getattr(fn, "ms", 0.25))
+    monkeypatch.setattr(vllm_columns, "mxfp4_quantize", lambda: mxfp4_quantize)
+    monkeypatch.setattr(vllm_columns, "mxfp4_fn", mxfp4_linear_plumbing_standin)
+    args = SimpleNamespace(via="launcher", aten="v1", warmup=0, iters=1, no_check=False, breadth="baseline",
+                           vllm=True)
+    row = smm.bench_shape("mxfp4", 32, 64, 256, args, None, [], torch.device("cpu"))
+    assert seen == [(torch.uint8, (64, 128), (64, 8))]  # packed E2M1 [N, K/2], E8M0 [N, K/32]
+    assert (row["vllm_ms"], row["vllm_quant_ms"], row["flydsl_hit_ms"]) == (3.0, 0.25, 1.25)
+    assert 0 < row["vllm_err"] < smm.ERROR_LIMIT and row["note"] == ""
 
 
 def test_the_dense_bench_times_the_vllm_column_with_a_plumbing_standin(monkeypatch):

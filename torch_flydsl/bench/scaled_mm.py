@@ -239,7 +239,7 @@ def bench_shape(fmt, m, n, k, args, flush, config_rows, dev: torch.device) -> di
     if getattr(args, "intree", False):
         baseline_column(row, notes, "intree", "in-tree", lambda: intree_fn(a, b, sa, sb, out), ref, args, flush,
                         ERROR_LIMIT, time_ms)
-    if getattr(args, "vllm", False) and fmt == vllm_columns_format():
+    if getattr(args, "vllm", False) and fmt in VLLM_KERNELS:
         vllm_columns_for(row, notes, b, sb, args, flush, dev)
     row["flydsl_tflops"] = tflops(2 * m * n * k, row.get("flydsl_ms"))
     row["aten_tflops"] = tflops(2 * m * n * k, row.get("aten_ms"))
@@ -249,32 +249,43 @@ def bench_shape(fmt, m, n, k, args, flush, config_rows, dev: torch.device) -> di
     return row
 
 
-def vllm_columns_format() -> str:
-    """The format vLLM's re-routed MX linear kernel serves (``integrations.vllm.mx.FORMAT``)."""
-    from ..integrations.vllm import mx
+# The MX formats a vLLM re-route serves, with what its column is called in the verdicts.
+VLLM_KERNELS = {"mxfp8": "vLLM's MXFP8 linear kernel", "mxfp4": "vLLM's MXFP4 (W4A4) linear kernel"}
 
-    return mx.FORMAT
+
+def vllm_column_status(fmt: str) -> "Optional[str]":
+    """Why a row of ``fmt`` has no vLLM column (None: it has one)."""
+    if fmt not in VLLM_KERNELS:
+        return f"no vLLM re-route serves {fmt}"
+    return vllm_columns.status("scaled_mm" if fmt == "mxfp8" else f"scaled_mm:{fmt}")
 
 
 def vllm_columns_for(row: dict, notes: list, b, sb, args, flush, dev) -> None:
-    """The vLLM columns of an ``mxfp8`` row (``bench.vllm_columns``): ``vllm_ms``, vLLM's native
-    MXFP8 linear kernel on bf16 activations and this row's weight (its quantizer and its GEMM);
-    ``vllm_quant_ms``, vLLM's quantizer alone; ``flydsl_hit_ms``, what a table hit runs instead
-    (that quantizer, then FlyDSL's GEMM). vLLM's result is checked against the float64 product of
-    its own quantization of the activations."""
+    """The vLLM columns of an ``mxfp8`` or ``mxfp4`` row (``bench.vllm_columns``): ``vllm_ms``,
+    vLLM's own MX linear kernel on bf16 activations and this row's weight (its quantizer and its
+    GEMM); ``vllm_quant_ms``, the quantizer the re-route runs on a hit, alone (vLLM's, for both
+    formats); ``flydsl_hit_ms``, what a table hit runs instead (that quantizer, then FlyDSL's
+    GEMM). vLLM's result is checked against the float64 product of that quantization of the
+    activations."""
     from torch_flydsl.templates.scaled_gemm import reference
 
+    fmt = row["format"]
     m, n, k = row["M"], row["N"], row["K"]
     x = torch.randn(m, k, device=dev).to(torch.bfloat16)
+    element = torch.float8_e4m3fn if fmt == "mxfp8" else torch.float4_e2m1fn_x2
     try:
-        quantize = vllm_columns.mxfp8_quantize()
+        quantize = vllm_columns.mxfp8_quantize() if fmt == "mxfp8" else vllm_columns.mxfp4_quantize()
         x_q, x_s = quantize(x)
-        ref = None if args.no_check else reference(x_q, b, x_s.view(torch.float8_e8m0fnu), sb, device=dev)
+        ref = None if args.no_check else reference(x_q.view(element), b, x_s.view(torch.float8_e8m0fnu), sb,
+                                                   device=dev)
     except Exception as e:  # vLLM's quantizer needs its GPU kernels
         notes.append(f"vLLM: quantizer: {short_error(e)}")
         return
     weight, weight_scale = b.t(), sb[:n].view(torch.uint8)
-    baseline_column(row, notes, "vllm", "vLLM", lambda: vllm_columns.mxfp8_fn(x, weight, weight_scale), ref, args,
+    build = vllm_columns.mxfp8_fn if fmt == "mxfp8" else vllm_columns.mxfp4_fn
+    if fmt == "mxfp4":
+        weight = weight.view(torch.uint8)
+    baseline_column(row, notes, "vllm", "vLLM", lambda: build(x, weight, weight_scale), ref, args,
                     flush, ERROR_LIMIT, time_ms)
     try:
         row["vllm_quant_ms"] = time_ms(lambda: quantize(x), args.warmup, args.iters, flush)
@@ -401,9 +412,11 @@ def _from_spec(shapes: list):
 
 
 def _vllm_plan(rec: dict, args) -> Optional[str]:
-    if rec["format"] != vllm_columns_format():
+    fmt = rec["format"]
+    if fmt not in VLLM_KERNELS or (fmt != "mxfp8" and vllm_column_status(fmt) is not None):
         return None
-    return "vLLM MXFP8 linear (quantizer + dot_scaled)"
+    return ("vLLM MXFP8 linear (quantizer + dot_scaled)" if fmt == "mxfp8" else
+            "vLLM MXFP4 W4A4 linear (AITER's where installed, else its emulation)")
 
 
 BENCH = Suite(
@@ -457,21 +470,21 @@ def _verdict(r: dict, vllm: bool, warm: bool) -> tuple:
     gemm = pk.Timed(f"FlyDSL {r['flydsl_config']}", r["flydsl_ms"])
     aten = pk.Timed("ATen", r["aten_ms"]) if r.get("aten_ms") else None
     work = pk.dense_work(int(r["M"]), int(r["N"]), int(r["K"]), fmt)
-    if vllm and fmt == vllm_columns_format():
-        from ..integrations.vllm import mx
+    if vllm and fmt in VLLM_KERNELS:
+        from ..integrations.vllm import mx_linear
 
-        if int(r["K"]) % mx.K_ALIGN:
-            return pk.undecided(f"K={r['K']} is not a multiple of {mx.K_ALIGN}: the MXFP8 re-route keeps such "
-                                "layers on vLLM's kernel, so no entry would be read"), ()
+        if int(r["K"]) % mx_linear.K_ALIGN:
+            return pk.undecided(f"K={r['K']} is not a multiple of {mx_linear.K_ALIGN}: the {fmt.upper()} re-route keeps "
+                                "such layers on vLLM's kernel, so no entry would be read"), ()
         if not r.get("vllm_ms") or not r.get("flydsl_hit_ms"):
             return pk.undecided(f"vLLM's columns have no time ({r.get('note') or 'not timed'})"), ()
         ours = pk.Timed("vLLM's quantizer + FlyDSL", r["flydsl_hit_ms"])
-        base = pk.Timed("vLLM's MXFP8 linear kernel", r["vllm_ms"])
+        base = pk.Timed(VLLM_KERNELS[fmt], r["vllm_ms"])
         return pk.judge(ours, base, aten, gemm, work, warm), ()
     found = pk.fastest(r, (("aten_ms", "ATen"), ("triton_ms", "Triton"), ("intree_ms", "in-tree FlyDSL")))
     if found is None:
         return pk.undecided("no baseline column has a time"), ()
     base = found
-    notes = (f"no vLLM column for {fmt} (this bench times vLLM's {vllm_columns_format()} linear kernel only): "
-             "judged against the fastest timed column",) if vllm else ()
+    notes = (f"no vLLM column for {fmt} ({vllm_column_status(fmt)}): judged against the fastest timed column",) \
+        if vllm else ()
     return pk.judge(gemm, base, aten, work=work, warm=warm), notes

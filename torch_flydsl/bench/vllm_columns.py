@@ -43,6 +43,9 @@ MX_NATIVE = "vllm.model_executor.kernels.linear.mxfp8.rocm_native"
 MX_CONFIG = "vllm.model_executor.kernels.linear.mxfp8.Mxfp8LinearKernel"
 MX_QUANT = "vllm.model_executor.layers.quantization.utils.mxfp8_utils"
 FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
+LINEAR = "vllm.model_executor.kernels.linear"
+QUANT_KEYS = "vllm.model_executor.layers.quantization.utils.quant_utils"
+MX4_QUANT = "vllm.model_executor.layers.quantization.utils.mxfp4_utils"
 CHECKED = "0.33"  # the vLLM release whose sources this module was written against
 MI355X_CUS = 256  # what the plan assumes where no GPU says (8 XCDs x 32 CUs)
 
@@ -51,6 +54,8 @@ SEAMS = {
     "mm": ((UTILS, "rocm_unquantized_gemm_impl"),),
     "scaled_mm": ((MX_NATIVE, "RocmDotScaledMxfp8LinearKernel"), (MX_CONFIG, "Mxfp8LinearLayerConfig"),
                   (MX_QUANT, "mxfp8_e4m3_quantize")),
+    "scaled_mm:mxfp4": ((LINEAR, "init_mxfp4_linear_kernel"), (QUANT_KEYS, "kMxfp4Dynamic"),
+                        (MX4_QUANT, "downcast_to_mxfp")),
     "grouped_mm": ((FUSED_MOE, "invoke_fused_moe_triton_kernel"), (FUSED_MOE, "try_get_optimal_moe_config"),
                    (FUSED_MOE, "_prepare_expert_assignment")),
 }
@@ -62,9 +67,10 @@ ENV_NAMES = ("VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_LINEAR", "VLLM_ROCM_USE
 WHAT = {
     "mm": "torch.ops.vllm.rocm_unquantized_gemm(x, weight), vLLM's op for every unquantized linear on ROCm "
           "(the kernel each shape is expected to get is named per shape)",
-    "scaled_mm": "mxfp8 only: vLLM's RocmDotScaledMxfp8LinearKernel.apply_weights on bf16 activations (its "
-                 "mxfp8_e4m3_quantize, then its Triton dot_scaled GEMM); FlyDSL's side of it is that quantizer "
-                 "plus FlyDSL's GEMM, what a table hit runs",
+    "scaled_mm": "mxfp8: vLLM's RocmDotScaledMxfp8LinearKernel.apply_weights on bf16 activations (its "
+                 "mxfp8_e4m3_quantize, then its Triton dot_scaled GEMM); mxfp4: the W4A4 kernel vLLM picks "
+                 "(AITER's where AITER is installed, else its emulation), its apply_weights on bf16 activations; "
+                 "FlyDSL's side of each is the re-route's quantizer plus FlyDSL's GEMM, what a table hit runs",
     "grouped_mm": "vLLM's fused-MoE Triton kernel with the config TritonExperts picks for the call, per expert "
                   "GEMM (B col-major only); routing prep untimed on both sides",
 }
@@ -252,6 +258,43 @@ def mxfp8_fn(x, weight, weight_scale) -> Callable:
     config = getattr(importlib.import_module(MX_CONFIG), "Mxfp8LinearLayerConfig")
     n, k = weight.shape
     kernel = kernel_class(config(weight_shape=(n, k)))
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(weight.contiguous(), requires_grad=False)
+    layer.weight_scale = torch.nn.Parameter(weight_scale.contiguous(), requires_grad=False)
+    kernel.process_weights_after_loading(layer)
+    return lambda: kernel.apply_weights(layer, x, None)
+
+
+def mxfp4_quantize() -> Callable:
+    """What the MXFP4 re-route quantizes activations with on a GPU: vLLM's portable Triton
+    ``downcast_to_mxfp`` (``x[M, K]`` -> packed E2M1 uint8 ``[M, K/2]``, E8M0 uint8 ``[M, K/32]``)."""
+    downcast = getattr(importlib.import_module(MX4_QUANT), "downcast_to_mxfp")
+
+    def quantize(x):
+        values, scales, _ = downcast(x, axis=-1)
+        return values, scales
+
+    return quantize
+
+
+def mxfp4_fn(x, weight, weight_scale) -> Callable:
+    """vLLM's own MXFP4 W4A4 linear kernel (the class ``init_mxfp4_linear_kernel`` picks for
+    dynamic MXFP4 activations, with the plugin's MXFP4 re-route stepped aside) on ``x[M, K]``,
+    ``weight`` packed E2M1 uint8 ``[N, K/2]`` and ``weight_scale`` uint8 ``[N, K/32]``, the layer
+    processed as vLLM's loader does (AITER pre-shuffles or transposes them)."""
+    import torch
+
+    linear = importlib.import_module(LINEAR)
+    dynamic = getattr(importlib.import_module(QUANT_KEYS), "kMxfp4Dynamic")
+    old = os.environ.get("TORCH_FLYDSL_VLLM_MXFP4")
+    os.environ["TORCH_FLYDSL_VLLM_MXFP4"] = "0"  # the plugin's subclasses decline: vLLM's own kernel
+    try:
+        kernel = linear.init_mxfp4_linear_kernel(dynamic)
+    finally:
+        if old is None:
+            os.environ.pop("TORCH_FLYDSL_VLLM_MXFP4")
+        else:
+            os.environ["TORCH_FLYDSL_VLLM_MXFP4"] = old
     layer = torch.nn.Module()
     layer.weight = torch.nn.Parameter(weight.contiguous(), requires_grad=False)
     layer.weight_scale = torch.nn.Parameter(weight_scale.contiguous(), requires_grad=False)
