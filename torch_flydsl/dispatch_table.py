@@ -18,14 +18,15 @@ A small, versioned, human-readable JSON file::
   ``scaled_mm`` (the MX scaled GEMM: an MXFP8 / MXFP4 linear layer, ``x_q @ W_q.T`` with E8M0
   block scales; bf16 or fp16 output, the same config for both), or ``grouped_mm`` (the MoE
   forward's grouped GEMM, ``x_sorted @ W[e].T`` per expert; ``m`` counts routed rows, tokens x
-  top-k, and ``groups`` is the number of experts).
+  top-k, and ``groups`` is the number of experts), or ``scaled_grouped_mm`` (the same for an
+  MXFP8 MoE: e4m3 activations and experts with E8M0 block scales; no bias).
 - ``dtype``: ``mm`` and ``grouped_mm``: ``bfloat16`` or ``float16``; ``scaled_mm``: the MX
   format of activations x weights, ``mxfp8`` (e4m3 x e4m3), ``mxfp8-e5m2``, ``mxfp4`` (e2m1 x
-  e2m1) or ``w4a8``.
-- ``groups``: ``grouped_mm`` only (and required there).
+  e2m1) or ``w4a8``; ``scaled_grouped_mm``: ``mxfp8``.
+- ``groups``: ``grouped_mm`` and ``scaled_grouped_mm`` only (and required there).
 - ``layout``: BLAS-style, first letter A then B, ``n`` row-major, ``t`` column-major: ``nt`` is
   ``x @ W.T`` with ``W`` stored ``[N, K]`` (every ``nn.Linear``; the only layout of ``scaled_mm``
-  and ``grouped_mm``).
+  and the grouped ops).
 - ``m``: one M, or ``[lo, hi]`` for every M in that inclusive range (exact entries win).
 - ``config``: the family's config key (``python -m torch_flydsl explain mm M N K`` lists them).
 - ``source`` (``hand``, ``bench``, ``inductor``, ``record``) and ``us`` are informative.
