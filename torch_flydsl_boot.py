@@ -88,16 +88,17 @@ def autoload() -> None:
 
 def vllm_register() -> None:
     """``vllm.general_plugins`` entry point: vLLM calls it in every process, maybe twice.
-    It adds the plugin's fingerprint to vLLM's compile-cache key and, with ``TORCH_FLYDSL_VLLM``
-    on, arms the re-route of vLLM's ROCm unquantized GEMM op (``torch_flydsl.integrations.vllm``);
-    any failure there is logged, never raised."""
+    It adds the plugin's fingerprint to vLLM's compile-cache key and the plugin's variables to
+    those vLLM copies to its Ray actors and, with ``TORCH_FLYDSL_VLLM`` on, arms the re-routes of
+    vLLM's layers (``torch_flydsl.integrations.vllm``); any failure there is logged, never raised."""
     autoload()
     try:
         if disabled_by_env():
             return
-        from torch_flydsl.integrations.vllm import install, install_fingerprint
+        from torch_flydsl.integrations.vllm import install, install_fingerprint, install_ray_env
 
         install_fingerprint()  # vLLM's compile-cache key follows the plugin, re-route or not
+        install_ray_env()  # TORCH_FLYDSL_* reach vLLM's Ray actors, re-route or not
         if env_flag("TORCH_FLYDSL_VLLM", False):
             install()
     except BaseException as e:  # noqa: BLE001 - a plugin must never stop vLLM
@@ -105,6 +106,6 @@ def vllm_register() -> None:
             raise
         warn_once(
             "vllm-install-failed",
-            f"torch_flydsl: the vLLM hooks (compile-cache fingerprint, TORCH_FLYDSL_VLLM re-route) were not "
+            f"torch_flydsl: the vLLM hooks (compile-cache fingerprint, Ray env copy, TORCH_FLYDSL_VLLM re-route) were not "
             f"installed: {type(e).__name__}: {e} (vLLM's own kernels serve every call)",
         )

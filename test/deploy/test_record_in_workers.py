@@ -51,9 +51,9 @@ def test_a_multiprocessing_workers_shapes_reach_the_file_for_every_start_method(
     r = subprocess.run([sys.executable, str(script), method], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
     after_child = json.loads(r.stdout.split("AFTER_CHILD ", 1)[1])
-    # The worker wrote its own shape when it ended, before the parent did anything more; a
-    # forked worker did not write the parent's shape (the parent's own exit does).
-    assert after_child == {"exitcode": 0, "m": [7]}
+    # The worker's shape is in the file when it has ended, before the parent did anything more
+    # (the parent's own shape may be there too: it is saved soon after it is seen).
+    assert after_child["exitcode"] == 0 and 7 in after_child["m"]
     doc = json.loads(shapes.read_text())
     assert sorted(s["m"] for s in doc["shapes"]) == [3, 7]  # and the parent's at its exit
     assert all(s["op"] == "mm" and s["n"] == 32 and s["k"] == 64 for s in doc["shapes"])

@@ -8,8 +8,13 @@ Two ways:
 - ``TORCH_FLYDSL_RECORD_SHAPES=FILE`` records, in every process, each GEMM shape that reaches
   the plugin: Inductor nodes it is offered (``torch.compile`` with max-autotune) and calls of the
   vLLM re-routes (unquantized linear layers as ``mm``, MXFP8 linear layers as ``scaled_mm``).
-  Each process merges its shapes into ``FILE`` when it ends (``multiprocessing`` workers
-  included, which skip ``atexit``: ``deploy.at_exit``), under a file lock, atomically.
+  Each process merges its shapes into ``FILE`` soon after it first sees one (within
+  ``at_exit.DELAY_S``, on a background thread: a Ray actor or a SIGKILLed worker runs no exit
+  hook) and when it ends (``multiprocessing`` workers included, which skip ``atexit``:
+  ``deploy.at_exit``), under a file lock, atomically: every process (each rank of a
+  tensor-parallel server) adds its shapes to the one file, none lost. A shape already seen costs
+  a call what it did before (a dict update under a lock); a new one also asks for a save
+  (``at_exit.soon``, about a microsecond; ``benchmarks/record_cost.py``).
 
 Shapes in a dtype or layout the family cannot take are left out (counted in
 ``Recorder.skipped``).
@@ -18,6 +23,7 @@ Shapes in a dtype or layout the family cannot take are left out (counted in
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 from pathlib import Path
@@ -48,36 +54,84 @@ def recordable() -> frozenset:
 
 
 class Recorder:
-    def __init__(self):
+    def __init__(self, path=None):
         self.shapes: dict = {}  # Shape -> calls
         self.skipped = 0
+        self.path = path  # where the process recorder saves (None: the caller saves)
         self._lock = threading.Lock()
+        self._unsaved = False  # a shape was added since the last save began
+        self._parsed: dict = {}  # a file entry's JSON items -> its Shape (see _known)
 
-    def note(self, shape: Optional[Shape]) -> None:
+    def note(self, shape: Optional[Shape]) -> bool:
+        """Count one call of ``shape`` (None: skipped); True when it is a shape not seen before."""
         with self._lock:
             if shape is None:
                 self.skipped += 1
-            else:
-                self.shapes[shape] = self.shapes.get(shape, 0) + 1
+                return False
+            calls = self.shapes.get(shape)
+            self.shapes[shape] = 1 if calls is None else calls + 1
+            if calls is None:
+                self._unsaved = True
+                return True
+            return False
 
     def save(self, path, breadth: str = "curated") -> Path:
         """Merge into ``path`` (keeping the shapes already there) under an exclusive lock, and
-        atomically: a failed write (a full disk) leaves the shapes recorded before."""
+        atomically: a failed write (a full disk) leaves the shapes recorded before. Nothing is
+        written when the file holds every shape already (another rank's save, or this one's)."""
         from .files import update
-        from .spec import load, shapes_text
+        from .spec import shapes_text
 
         path = Path(path)
+        with self._lock:  # other threads may be noting shapes meanwhile
+            self._unsaved = False
+            mine = list(self.shapes)
+        try:
+            have = set(self._known(path)) if mine else set()
+            if mine and all(s in have for s in mine):
+                return path
 
-        def merged() -> str:
-            known = []
-            if path.is_file() and path.stat().st_size:
-                try:
-                    known = [w.shape for w in load(path).work]
-                except SpecError:
-                    known = []  # not a shapes file: replaced, as the caller asked
-            return shapes_text(list(dict.fromkeys(known + sorted(self.shapes, key=lambda s: s.label()))), breadth)
+            def merged() -> str:
+                known = list(dict.fromkeys(self._known(path)))
+                have = set(known)
+                new = sorted((s for s in mine if s not in have), key=lambda s: s.label())
+                self._parsed.update((tuple(s.to_json().items()), s) for s in new)  # as read back
+                return shapes_text(known + new, breadth)
 
-        return update(path, merged)
+            return update(path, merged)
+        except BaseException:
+            self._unsaved = True  # the next save (at the latest the one at exit) tries again
+            raise
+
+    def _known(self, path: Path) -> list:
+        """The shapes ``path`` holds: [] when it is missing, empty or not a shapes file (then it
+        is replaced, as the caller asked); an entry this version cannot read is left out. Each
+        entry is parsed once per recorder (``_parsed``), so re-reading a file of thousands of
+        shapes at every save costs about a JSON parse."""
+        from .spec import SHAPES_FORMAT, SHAPES_VERSION
+
+        try:
+            doc = json.loads(path.read_bytes()) if path.is_file() and path.stat().st_size else None
+        except (OSError, ValueError):
+            return []
+        if not (isinstance(doc, dict) and doc.get("format") == SHAPES_FORMAT
+                and doc.get("version") == SHAPES_VERSION and isinstance(doc.get("shapes"), list)):
+            return []
+        known = []
+        for raw in doc["shapes"]:
+            try:
+                key = tuple(raw.items())
+                shape = self._parsed.get(key)
+                if shape is None:
+                    shape = self._parsed[key] = Shape.of(raw["op"], **{k: v for k, v in raw.items() if k != "op"})
+            except (SpecError, TypeError, ValueError, KeyError, AttributeError):
+                continue
+            known.append(shape)
+        return known
+
+    def unsaved(self) -> bool:
+        """Whether a shape was added since the last save began."""
+        return self._unsaved
 
 
 @contextlib.contextmanager
@@ -109,6 +163,15 @@ _process: Optional[Recorder] = None
 _process_lock = threading.Lock()
 
 
+def _fresh_lock_in_child() -> None:
+    global _process_lock
+    _process_lock = threading.Lock()  # another thread of the parent may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock_in_child)
+
+
 _KEY = os.fsencode(ENV)
 
 
@@ -129,7 +192,8 @@ def note_from_env(aten_op: str, inputs: list) -> None:
 
 
 def note_shape(shape: Optional[Shape]) -> None:
-    """Record ``shape`` when ``TORCH_FLYDSL_RECORD_SHAPES`` is set (None: counted as skipped)."""
+    """Record ``shape`` when ``TORCH_FLYDSL_RECORD_SHAPES`` is set (None: counted as skipped). A
+    shape this process has not seen before is merged into the file within ``at_exit.DELAY_S``."""
     path = os.environ.get(ENV)
     if not path:
         return
@@ -139,19 +203,24 @@ def note_shape(shape: Optional[Shape]) -> None:
             if _process is None or not at_exit.registered_here(ENV):
                 # First note in this process; in a forked child the inherited recorder holds the
                 # parent's shapes (the parent saves those), so the child starts its own.
-                _process = Recorder()
-                at_exit.on_exit(ENV, _save_at_exit, path)
+                _process = Recorder(path)
+                at_exit.on_exit(ENV, _save_process)
     try:
-        _process.note(shape)
+        if _process.note(shape):
+            at_exit.soon(ENV)
     except Exception:
         pass  # recording must never disturb the run
 
 
-def _save_at_exit(path: str) -> None:
+def _save_process() -> None:
+    """Save this process's recorder into its file when it has shapes the file may lack (from the
+    saver thread and at exit; ``at_exit`` runs one at a time)."""
+    rec = _process
     try:
-        if _process is not None and _process.shapes:
-            _process.save(path)
+        if rec is not None and rec.path and rec.unsaved():
+            rec.save(rec.path)
     except Exception as e:
         from torch_flydsl_boot import warn_once
 
-        warn_once(f"{ENV}-save", f"{ENV}={path}: could not write the recorded shapes ({type(e).__name__}: {e})")
+        warn_once(f"{ENV}-save", f"{ENV}={rec.path if rec else ''}: could not write the recorded shapes "
+                                 f"({type(e).__name__}: {e})")

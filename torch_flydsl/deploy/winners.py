@@ -3,8 +3,10 @@
 With ``TORCH_FLYDSL_RECORD_WINNERS=FILE``, every node that Inductor autotunes in this process
 with a FlyDSL choice among its candidates, of an op whose family records shapes
 (``KernelFamily.recorded_shape``) and which dispatch tables name (today the dense family's
-mm/addmm), and where a FlyDSL config wins, becomes a table entry (the shape, the winning config and its benchmarked time); at exit the entries are
-merged into ``FILE`` under a file lock, atomically (a later entry for the same shape replaces an older one).
+mm/addmm), and where a FlyDSL config wins, becomes a table entry (the shape, the winning config and its benchmarked time); the entries are merged into
+``FILE`` under a file lock, atomically, within ``at_exit.DELAY_S`` of a new one (on a background
+thread: a Ray actor or a SIGKILLed worker runs no exit hook) and when the process ends (a later
+entry for the same shape replaces an older one).
 Run the model under ``torch.compile(mode="max-autotune")`` with FLYDSL among the GEMM backends
 on the MI350; the table then serves callers that do not autotune (the vLLM re-route).
 
@@ -32,14 +34,15 @@ if TYPE_CHECKING:
 ENV = "TORCH_FLYDSL_RECORD_WINNERS"
 _lock = threading.Lock()
 _installed_for: Optional[str] = None
-_entries: dict = {}  # (dtype, layout, bias, m, n, k) -> Entry
+_entries: dict = {}  # (op, dtype, layout, bias, m, n, k, groups) -> Entry
+_unsaved = False  # an entry was added or replaced since the last save began
 
 
 def ensure_installed(meta_of: MetaOf) -> None:
     """Register the feedback saver once per process when ``TORCH_FLYDSL_RECORD_WINNERS`` is set
     (called when FlyDSL choices are offered: select_algorithm is loaded by then). ``meta_of``
     turns each of Inductor's input nodes into a ``TensorMeta`` (``inductor.offer.tensor_meta``)."""
-    global _installed_for
+    global _installed_for, _unsaved
     path = os.environ.get(ENV)
     if not path or (_installed_for is not None and at_exit.registered_here(ENV)):
         return
@@ -52,6 +55,7 @@ def ensure_installed(meta_of: MetaOf) -> None:
             select_algorithm.add_feedback_saver(functools.partial(_feedback, meta_of))
         else:
             _entries.clear()  # a forked child: the parent saves what it found
+            _unsaved = False
         at_exit.on_exit(ENV, _save, path)
         _installed_for = path
 
@@ -68,6 +72,7 @@ def _feedback(meta_of: MetaOf, timings, name, input_nodes, *rest) -> None:
 def note(timings: dict, name: str, metas: list[Optional[TensorMeta]]) -> None:
     """One autotuning result: ``timings`` by choice for op ``name`` over inputs ``metas`` (None
     for an input with a symbolic size). A FlyDSL winner becomes an entry."""
+    global _unsaved
     from ..dispatch_table import Entry, table_ops
     from .record import recordable, shape_of_call
 
@@ -90,15 +95,27 @@ def note(timings: dict, name: str, metas: list[Optional[TensorMeta]]) -> None:
                   description.split()[1], "inductor", round(finite[best] * 1e3, 3), get("groups", 0))
     with _lock:
         _entries[(entry.op, entry.dtype, entry.layout, entry.bias, entry.m, entry.n, entry.k, entry.groups)] = entry
+        _unsaved = True
+    at_exit.soon(ENV)
 
 
 def _save(path: str) -> None:
+    """Merge the entries into ``path`` when some were found since the last save began (from
+    the saver thread and at exit; ``at_exit`` runs one at a time)."""
+    global _unsaved
     try:
-        if not _entries:
-            return
+        with _lock:
+            if not _unsaved:
+                return
+            _unsaved = False
+            entries = list(_entries.values())
         from .. import dispatch_table as dt
 
-        dt.merge_into(path, list(_entries.values()))  # under the file's lock, re-read first
+        try:
+            dt.merge_into(path, entries)  # under the file's lock, re-read first
+        except BaseException:
+            _unsaved = True  # the next save (at the latest the one at exit) tries again
+            raise
     except Exception as e:  # noqa: BLE001
         from torch_flydsl_boot import warn_once
 

@@ -3,9 +3,9 @@ every other call runs exactly as vLLM does it.
 
 Opt-in: ``TORCH_FLYDSL_VLLM=1`` (with ``VLLM_PLUGINS`` letting ``torch_flydsl`` load, and
 ``TORCH_FLYDSL_DISPATCH_TABLE`` naming the table). ``torch_flydsl_boot.vllm_register`` (the
-``vllm.general_plugins`` entry point) calls ``install_fingerprint()`` in every vLLM process and
-``install()`` when the knob is on; both are idempotent and thread-safe, and nothing they do can
-fail vLLM (errors are logged).
+``vllm.general_plugins`` entry point) calls ``install_fingerprint()`` and ``install_ray_env()``
+in every vLLM process and ``install()`` when the knob is on; all are idempotent and thread-safe,
+and nothing they do can fail vLLM (errors are logged).
 
 The package, top to bottom (no module imports one beside or above it; ``test/test_layering.py``
 checks):
@@ -16,6 +16,7 @@ checks):
   scaled family;
 - ``moe``: unquantized fused MoE (vLLM's ``CustomOp.register_oot``) on the grouped family;
 - ``cache_key``: the plugin's fingerprint in vLLM's compile-cache key;
+- ``ray_env``: the plugin's variables among those vLLM copies to its Ray actors;
 - ``common``: what they share (the knob, ``arm``, the guard around each call, the log lines).
 
 Each module's docstring describes its seam in vLLM 0.33.0 and what happens when a vLLM lacks it.
@@ -23,13 +24,14 @@ Each module's docstring describes its seam in vLLM 0.33.0 and what happens when 
 
 from __future__ import annotations
 
-from . import cache_key, common, linear, moe, mx
+from . import cache_key, common, linear, moe, mx, ray_env
 from .cache_key import FINGERPRINT_KEY, fingerprint, install_fingerprint
 from .common import KNOB, armed, enabled
 from .linear import QUALNAME, installed
+from .ray_env import install_ray_env
 
 __all__ = ["FINGERPRINT_KEY", "KNOB", "QUALNAME", "armed", "enabled", "fingerprint", "install",
-           "install_fingerprint", "installed"]
+           "install_fingerprint", "install_ray_env", "installed"]
 
 
 def install() -> bool:
@@ -38,6 +40,7 @@ def install() -> bool:
     if not enabled():
         return False
     install_fingerprint()
+    install_ray_env()
     linear.install()
     mx.install()
     moe.install()
