@@ -24,10 +24,13 @@ from ..gemm.limits import LDS_LIMIT_BYTES, MAX_ACC_REGS_PER_LANE, MAX_THREADS, M
 from .problem import GemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
-KERNEL_VERSION = "dense_gemm-5"
+KERNEL_VERSION = "dense_gemm-6"
 
 ELEM_BYTES = 2  # bf16 / fp16
 MAX_SPLIT_K = 16
+# Split-K's per-output-tile counters at the head of its workspace (int32, zero between
+# launches). Split-K is offered only while the output tiles leave CUs idle (< NUM_CUS tiles).
+SPLIT_K_COUNTERS = NUM_CUS
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -43,7 +46,8 @@ class DenseGemmConfig:
     stages: int = 2  # LDS buffers for A/B tiles; stages-1 tiles are in flight ahead of compute
     group_m: int = 0  # group-M block swizzle for L2 reuse; 0 = row-major block order
     # Split-K: each output tile's K tiles are shared out over ``split_k`` workgroups, which
-    # write fp32 partial tiles; a second kernel sums them in split order (deterministic).
+    # write fp32 partial tiles; the last of them to finish sums them in split order
+    # (deterministic) and writes the output, in the same launch.
     split_k: int = 1
 
     @property
@@ -231,11 +235,11 @@ def _split_k_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Declin
     per = -(-k_tiles // cfg.split_k)
     if tiles >= NUM_CUS:
         return Decline("fit", f"{cfg.key()}: {tiles} output tiles already fill {NUM_CUS} CUs; split-K "
-                              "would only add a reduction pass")
+                              "would only add a reduction")
     if per < cfg.stages - 1 or (cfg.split_k - 1) * per >= k_tiles:
         return Decline("fit", f"{cfg.key()}: K={problem.k} gives {k_tiles} K tiles, too few for "
                               f"{cfg.split_k} splits of at least {cfg.stages - 1} tiles each")
-    if cfg.split_k * problem.m * problem.n * 4 >= 2**31:
+    if (SPLIT_K_COUNTERS + cfg.split_k * problem.m * problem.n) * 4 >= 2**31:
         return Decline("shape", f"{cfg.key()}: the fp32 split-K workspace ({cfg.split_k} x M x N) "
                                 "would exceed the 2 GiB a 32-bit buffer offset addresses")
     return None

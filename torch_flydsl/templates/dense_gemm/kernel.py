@@ -2,8 +2,11 @@
 
 One kernel is built per ``KernelSpec`` (tile config, dtype, operand majors, bias on/off, K tail
 on/off); it serves every M, N, K, leading stride and storage offset. With ``split_k > 1`` the
-K tiles of each output tile are shared out over that many workgroups, which write fp32 partial
-tiles to a workspace; a second kernel sums them in split order (``reduce_partials``).
+K tiles of each output tile are shared out over that many workgroups, in one launch: each
+writes its fp32 partial tile to a workspace and counts itself in the output tile's counter
+(``arrive``: agent-scope release/acquire); the workgroup that counts last sums the partials in
+split order 0, 1, ... (``reduced_tile``: deterministic whatever the arrival order), runs the
+epilogue and resets the counter, so workspace and counters are reusable without a host sync.
 
 Structure of one workgroup (``m_waves x n_waves`` wave64 waves, one ``block_m x block_n``
 output tile), assembled from the GEMM toolkit (``templates/gemm``, where each piece says how
@@ -20,7 +23,8 @@ it works):
   accumulators.
 * Epilogue (``gemm.epilogue``): ``alpha * acc + beta * bias[col]`` rounded once to the input
   dtype, staged through LDS, masked 16-byte row stores; nothing outside ``out[:M, :N]`` is
-  ever written. Split-K writes fp32 partial tiles instead (``store_partial_tile``).
+  ever written. Split-K writes fp32 partial tiles first (``store_partial_tile``); the last
+  arriver's epilogue reads their sum instead of its own accumulators.
 
 Tails: rows of A beyond M and columns of B beyond N are never fetched from outside the
 operand: the row/column index of each DMA vector is clamped to 0 when out of range. The
@@ -46,7 +50,9 @@ from dataclasses import dataclass
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 import torch
-from flydsl.expr import const_expr, range_constexpr
+from flydsl.expr import const_expr, gpu, range_constexpr
+from flydsl.expr.enum import AtomicOrdering
+from flydsl.expr.llvm import atomic_add, generic_store, memory_fence
 
 from ...runtime.recipe import kernel_builder
 from ..dsl import dsl_control_flow
@@ -58,7 +64,7 @@ from ..gemm.main_loop import main_loop
 from ..gemm.mma import Mma
 from ..gemm.tile_loads import Operand, TileLoads
 from ..gemm.tile_spec import TileSpec
-from .config import DenseGemmConfig
+from .config import SPLIT_K_COUNTERS, DenseGemmConfig
 
 
 @dataclass(frozen=True)
@@ -93,8 +99,8 @@ def split_k_range(spec: KernelSpec, pid, tiles, k_tiles):
 
 @dsl_control_flow
 def store_partial_tile(spec: KernelSpec, mma: Mma, ws_buf, split, m0, n0, m, n):
-    """Split-K: this workgroup's fp32 partial tile into the workspace ``[split_k, M, N]``
-    (row-major, rows ``>= M`` and columns ``>= N`` skipped)."""
+    """Split-K: this workgroup's fp32 partial tile into the workspace's partials ``[split_k, M,
+    N]`` (row-major after the counters, rows ``>= M`` and columns ``>= N`` skipped)."""
     rows = mma.thr_mma.partition_C(mma.c_rows)
     cols = mma.thr_mma.partition_C(mma.c_cols)
     ws_iter = fx.get_iter(ws_buf)
@@ -104,30 +110,57 @@ def store_partial_tile(spec: KernelSpec, mma: Mma, ws_buf, split, m0, n0, m, n):
         g_row = m0 + fx.get_scalar(rows[i])
         g_col = n0 + fx.get_scalar(cols[i])
         if g_row < m and g_col < n:
-            fx.ptr_store(acc[i], ws_iter + ((plane + g_row) * n + g_col))
-
-
-REDUCE_THREADS = 256
+            fx.ptr_store(acc[i], ws_iter + (SPLIT_K_COUNTERS + (plane + g_row) * n + g_col))
 
 
 @dsl_control_flow
-def reduce_partials(spec: KernelSpec, ws_buf, out_buf, bias_buf, m, n, ldc, alpha, beta, elem):
-    """Split-K's second pass: ``out[r, c] = alpha * sum_s ws[s, r, c] + beta * bias[c]``, the
-    splits summed in order 0, 1, ... (deterministic), rounded once to the output dtype. One
-    thread per output element, consecutive threads on consecutive columns."""
-    idx = fx.block_idx.x * REDUCE_THREADS + fx.thread_idx.x
-    r = idx // n
-    c = idx % n
-    if r < m:
-        plane = m * n
-        off = r * n + c
-        total = ws_buf[off]
+def arrive(spec: KernelSpec, ws, tile, tid, flag, elem):
+    """Split-K's handoff: after this workgroup's partial tile is stored, count it in the output
+    tile's counter; True in every thread of the workgroup that counted last (it alone reduces
+    the tile), which also resets the counter to 0 for the next launch.
+
+    Ordering (LLVM's memory model, AMDGPU scopes; what gfx950 runs in brackets): every wave
+    releases its own partial stores at agent scope [``buffer_wbl2 sc1``, ``s_waitcnt
+    vmcnt(0)``: written back past this XCD's L2 and complete] and the workgroup barrier orders
+    them before thread 0's ``atomicrmw add`` (agent, acq_rel) [the same release, ``global_atomic_add
+    ... sc0`` returning the old count, ``s_waitcnt vmcnt(0)``, ``buffer_inv sc1``]. The acquire
+    half orders the last arriver's reads after every other workgroup's release (their RMWs
+    form one release sequence on the counter). The result reaches the other waves through
+    LDS (``flag``: an element of the C tile, which the epilogue overwrites only after its own
+    barrier), and those waves acquire at agent scope themselves before they read the partials
+    (``reduced_tile``).
+    """
+    memory_fence(syncscope="agent", ordering=AtomicOrdering.Release)
+    gpu.barrier()
+    if tid == 0:
+        counter = fx.recast_iter(fx.Int32, fx.get_iter(ws)) + tile
+        old = atomic_add(counter, fx.Int32(1), syncscope="agent", ordering=AtomicOrdering.AcqRel)
+        fx.ptr_store(old.to(fx.Float32).to(elem), flag)
+        if old == spec.cfg.split_k - 1:
+            # Every split has counted: nobody touches the counter again in this launch.
+            generic_store(counter, fx.Int32(0), memory_order=AtomicOrdering.Monotonic, syncscope="agent")
+    gpu.barrier()
+    return fx.ptr_load(flag).to(fx.Float32) == float(spec.cfg.split_k - 1)
+
+
+def reduced_tile(spec: KernelSpec, ws_buf, ws_elems, m0, n0, m, n):
+    """The last arriver's accumulator values: element (row, col) of the tile is ``sum_s ws[s,
+    row, col]``, the splits added in order 0, 1, ... (the same fp32 sum whichever workgroup
+    arrives last). Elements outside ``[M, N]`` read past the workspace's num_records: zeros,
+    never fetched (they are masked at the store). Called after the wave's agent acquire."""
+    plane = m * n
+
+    def acc_at(i, r, c):
+        g_row = m0 + r
+        g_col = n0 + c
+        inside = (g_row < m) & (g_col < n)
+        off = SPLIT_K_COUNTERS + g_row * n + g_col
+        total = ws_buf[inside.select(off, ws_elems)]
         for sp in range_constexpr(1, spec.cfg.split_k):
-            total = total + ws_buf[off + sp * plane]
-        val = total * alpha
-        if const_expr(spec.has_bias):
-            val = val + bias_buf[c].to(fx.Float32) * beta
-        fx.ptr_store(val.to(elem), fx.get_iter(out_buf) + (r * ldc + c))
+            total = total + ws_buf[inside.select(off + sp * plane, ws_elems)]
+        return total
+
+    return acc_at
 
 
 # ---- the kernel ---------------------------------------------------------------------------------
@@ -139,11 +172,11 @@ def build(spec: KernelSpec):
 
     Signature: ``launch(out, a, b, bias, ws, m, n, k, lda, ldb, ldc, alpha, beta, stream)`` with
     ``out``/``a``/``b``/``bias`` 1-D unit-stride views starting at each operand's first
-    element (see ``operands.flat_operand``), ``ws`` the fp32 split-K workspace (``split_k * M *
-    N`` elements; read only when ``cfg.split_k > 1``), ints for sizes/strides (elements) and
-    floats for alpha/beta. Grid ``(ceil(M/block_m) * ceil(N/block_n) * split_k, 1, 1)``, block
-    ``(threads, 1, 1)``; with split-K a second launch, ``ceil(M * N / 256)`` workgroups of 256
-    threads, reduces the workspace into ``out``.
+    element (see ``operands.flat_operand``), ``ws`` the split-K workspace (read only when
+    ``cfg.split_k > 1``: ``SPLIT_K_COUNTERS`` int32 counters, zero between launches, then
+    ``split_k * M * N`` fp32 partials), ints for sizes/strides (elements) and floats for
+    alpha/beta. One launch: grid ``(ceil(M/block_m) * ceil(N/block_n) * split_k, 1, 1)``,
+    block ``(threads, 1, 1)``.
     """
     cfg = spec.cfg
     BM, BN, BK = cfg.block_m, cfg.block_n, cfg.block_k
@@ -200,27 +233,17 @@ def build(spec: KernelSpec):
         mma = Mma(spec, tid, elem, op_a, op_b, out_buf)
         main_loop(spec, loads, mma, k_tiles, kt0)
         if const_expr(SPLIT > 1):
-            store_partial_tile(spec, mma, buffer_of(ws, 4), split, m0, n0, m, n)
+            ws_buf = buffer_of(ws, 4)
+            store_partial_tile(spec, mma, ws_buf, split, m0, n0, m, n)
+            if arrive(spec, ws, pid, tid, smem_c, elem):
+                memory_fence(syncscope="agent", ordering=AtomicOrdering.Acquire)
+                ws_elems = fx.get_scalar(fx.size(fx.get_layout(ws)))
+                acc_at = reduced_tile(spec, ws_buf, ws_elems, m0, n0, m, n)
+                stage_c_tile(spec, mma, smem_c, elem, n0, n, alpha, beta, bias_buf, acc_at)
+                store_c_tile(spec, smem_c, elem, out_buf, tid, m0, n0, m, n, ldc)
         else:
             stage_c_tile(spec, mma, smem_c, elem, n0, n, alpha, beta, bias_buf)
             store_c_tile(spec, smem_c, elem, out_buf, tid, m0, n0, m, n, ldc)
-
-    @flyc.kernel(name=spec.name + "_reduce", known_block_size=[REDUCE_THREADS, 1, 1])
-    def split_k_reduce_kernel(
-        out: fx.Tensor,
-        bias: fx.Tensor,
-        ws: fx.Tensor,
-        m: fx.Int32,
-        n: fx.Int32,
-        ldc: fx.Int32,
-        alpha: fx.Float32,
-        beta: fx.Float32,
-    ):
-        bias_buf = None
-        if const_expr(spec.has_bias):
-            bias_buf = buffer_of(bias)
-        reduce_partials(spec, buffer_of(ws, 4), buffer_of(out), bias_buf, m, n, ldc, alpha, beta,
-                        spec.elem_type())
 
     @flyc.jit
     def launch(
@@ -243,10 +266,5 @@ def build(spec: KernelSpec):
         dense_gemm_kernel(out, a, b, bias, ws, m, n, k, lda, ldb, ldc, alpha, beta).launch(
             grid=(grid_x, 1, 1), block=(THREADS, 1, 1), stream=stream
         )
-        if const_expr(SPLIT > 1):
-            reduce_x = (m * n + (REDUCE_THREADS - 1)) // REDUCE_THREADS
-            split_k_reduce_kernel(out, bias, ws, m, n, ldc, alpha, beta).launch(
-                grid=(reduce_x, 1, 1), block=(REDUCE_THREADS, 1, 1), stream=stream
-            )
 
     return launch

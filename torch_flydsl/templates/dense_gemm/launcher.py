@@ -6,11 +6,12 @@ Launch convention (what ``kernel.build(spec)`` emits):
   an output tile inside the kernel (row-major over N tiles, or group-M swizzled);
 * block = ``(m_waves * n_waves * 64, 1, 1)``; static LDS only (no dynamic shared memory);
 * arguments, in order: ``out, a, b, bias`` as 1-D unit-stride tensors that start at each
-  operand's first element and cover its span (``operands.flat_operand``), the fp32 split-K
-  workspace ``ws`` (``split_k * M * N`` elements, allocated per call; without split-K one unread
-  element, allocated once per device), then ``M, N, K, lda, ldb, ldc`` (int32, elements), ``alpha, beta`` (fp32),
-  ``stream``. With split-K the grid is ``split_k`` times larger and a second kernel sums the
-  partial tiles into ``out``.
+  operand's first element and cover its span (``operands.flat_operand``), the split-K
+  workspace ``ws`` (``_workspace``: zeroed counters then ``split_k * M * N`` fp32 partials,
+  one per device and stream, reused; without split-K one unread element, allocated once per
+  device), then ``M, N, K, lda, ldb, ldc`` (int32, elements), ``alpha, beta`` (fp32),
+  ``stream``. With split-K the grid is ``split_k`` times larger; still one launch (the last
+  workgroup of each output tile reduces it).
   ``lda`` is A's leading stride for its major (row: stride(0), col: stride(1)), same for B;
   ``ldc`` is out's row stride. Without a bias, ``bias`` is any 1-D tensor of the dtype (not read).
 
@@ -27,7 +28,7 @@ import torch
 
 from ..base import Decline
 from ..operands import flat_operand, unread_tensor
-from .config import DenseGemmConfig
+from .config import SPLIT_K_COUNTERS, DenseGemmConfig
 from .eligibility import check_tensors
 from .problem import GemmProblem
 
@@ -41,10 +42,55 @@ def _kernel(cfg: DenseGemmConfig, dtype, a_major: str, b_major: str, has_bias: b
     return build(KernelSpec(cfg, dtype, a_major, b_major, has_bias, k_tail=k_tail))
 
 
-def _workspace(cfg: DenseGemmConfig, m: int, n: int, device) -> torch.Tensor:
-    if cfg.split_k > 1:
-        return torch.empty(cfg.split_k * m * n, dtype=torch.float32, device=device)
-    return unread_tensor(device, torch.float32)
+# Split-K workspaces by (device, stream): counters (zero between launches: each launch's last
+# arriver per output tile resets its counter) and room for the partials. Kept for the
+# process: counters are zeroed once, when a workspace is made, never per call.
+_WORKSPACES: dict = {}
+# Outgrown workspaces and those made during a CUDA-graph capture, never freed: a captured
+# graph keeps using the address it was captured with.
+_KEPT: list = []
+
+
+def _stream_key(stream):
+    if stream is None or isinstance(stream, int):
+        return stream
+    return getattr(stream, "cuda_stream", None)  # a torch stream; fx.Stream(None): the default
+
+
+def _workspace(cfg: DenseGemmConfig, m: int, n: int, device, stream=None) -> torch.Tensor:
+    """The workspace for one launch: without split-K an unread element; with it
+    ``SPLIT_K_COUNTERS`` int32 counters (stored in the fp32 tensor's first elements), then the
+    ``split_k * M * N`` fp32 partials.
+
+    The counters must be zero when a launch starts, and the kernel leaves them zero, so one
+    workspace per (device, stream) is zeroed once when it is made and reused by every launch
+    on that stream (launches on one stream run in order; another stream gets its own, so
+    concurrent GEMMs never share counters). Nothing is allocated or zeroed per call: no
+    memset launch, and a CUDA graph captured after a warm-up call on its stream replays with
+    no host work. One made while the stream is being captured is zeroed by a node of that
+    graph only, so it serves that call and is not reused.
+    """
+    if cfg.split_k == 1:
+        return unread_tensor(device, torch.float32)
+    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    if tiles > SPLIT_K_COUNTERS:
+        raise ValueError(f"{cfg.key()}: {tiles} output tiles exceed the {SPLIT_K_COUNTERS} split-K counters "
+                         "(config_fits declines this problem)")
+    need = SPLIT_K_COUNTERS + cfg.split_k * m * n
+    if device.type == "meta":
+        return torch.empty(need, dtype=torch.float32, device=device)
+    key = (device, _stream_key(stream))
+    ws = _WORKSPACES.get(key)
+    if ws is None or ws.numel() < need:
+        size = need if ws is None else max(need, 2 * ws.numel())
+        fresh = torch.zeros(size, dtype=torch.float32, device=device)
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            _KEPT.append(fresh)
+            return fresh[:need]
+        if ws is not None:
+            _KEPT.append(ws)
+        _WORKSPACES[key] = ws = fresh
+    return ws[:need]
 
 
 def checked_problem(a, b, out, bias=None) -> GemmProblem:
@@ -106,7 +152,7 @@ def compile_args(
         flat_operand(a),
         flat_operand(b),
         bias_arg,
-        _workspace(cfg, m, n, out.device),
+        _workspace(cfg, m, n, out.device, stream),
         int(m),
         int(n),
         int(k),

@@ -28,12 +28,14 @@ class Accumulators(Protocol):
     acc: Any
 
 
-def stage_c_tile(spec: TileSpec, mma: Accumulators, smem_c, elem, n0, n, alpha, beta, bias_buf):
+def stage_c_tile(spec: TileSpec, mma: Accumulators, smem_c, elem, n0, n, alpha, beta, bias_buf, acc_at=None):
     """Each lane rounds ``alpha * acc + beta * bias`` once (fp32 math) into the C tile in LDS.
 
     The accumulator fragment is ((4, 1), rep_m, rep_n), colexicographic: 4 consecutive rows of
     one column per MFMA block, then M repeats, then N repeats, so a lane's column depends only
-    on the N repeat and bias is loaded once per repeat.
+    on the N repeat and bias is loaded once per repeat. ``acc_at(i, row, col)`` (tile-local
+    row and column) gives the fp32 value of accumulator element ``i`` instead of the MMA's
+    fragment (a split-K reduction's sum of partial tiles).
     """
     cfg = spec.cfg
     gpu.barrier()  # every wave is done reading the A/B stages that the C tile overwrites
@@ -46,7 +48,7 @@ def stage_c_tile(spec: TileSpec, mma: Accumulators, smem_c, elem, n0, n, alpha, 
     for i in range_constexpr(fx.size(acc.shape).unpack()):
         r = fx.get_scalar(rows[i])
         c = fx.get_scalar(cols[i])
-        val = acc[i] * alpha
+        val = (acc[i] if acc_at is None else acc_at(i, r, c)) * alpha
         if spec.has_bias:
             rep = i // per_n_rep
             if rep not in bias_by_rep:
