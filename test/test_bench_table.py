@@ -639,3 +639,23 @@ def test_the_vllm_columns_calls_fit_vllm_0_33s_classes_and_signatures():
     assert "vllm::rocm_unquantized_gemm(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor" in r.stdout
     assert "mxfp8 (32, 64) [((32, 256), (64, 256), (64, 8), 'torch.uint8')]" in r.stdout
     assert "moe calls bind" in r.stdout
+
+
+def test_bench_grouped_mm_reads_a_recorded_spec_pairing_each_moe_calls_two_gemms(capsys):
+    """What the vLLM MoE route records (both GEMMs of a call, with top_k) becomes gate_up and down
+    cases of the MoE; a shape without its partner is left out with the reason."""
+    from torch_flydsl.bench import grouped_mm as gmm
+    from torch_flydsl.deploy.spec import Shape
+
+    g, h, i, top_k, tokens = 8, 1024, 512, 2, 64
+    rows = tokens * top_k
+    shapes = [Shape.of("grouped_mm", dtype="bfloat16", m=rows, n=2 * i, k=h, groups=g, b_major="col", top_k=top_k),
+              Shape.of("grouped_mm", dtype="bfloat16", m=rows, n=h, k=i, groups=g, b_major="col", top_k=top_k),
+              Shape.of("grouped_mm", dtype="bfloat16", m=96, n=4096, k=2048, groups=g, b_major="col")]
+    recs = gmm.BENCH.from_spec(shapes)
+    assert recs == [{"model": "recorded", "G": g, "top_k": top_k, "H": h, "I": i, "proj": p, "tokens": tokens,
+                     "routing": "balanced"} for p in ("gate_up", "down")]
+    cases = [gmm.case_of(r) for r in recs]
+    assert [(c.rows, c.n, c.k, c.groups) for c in cases] == [(rows, 2 * i, h, g), (rows, h, i, g)]
+    assert "m=96 n=4096 k=2048 groups=8 bfloat16: no W13/W2 partner" in capsys.readouterr().err
+    assert isinstance(gmm.BENCH.from_spec(shapes[2:]), str)  # no pair at all: the reason, not an empty run

@@ -269,6 +269,6 @@ def test_reference_standin_plumbing_record_shapes_notes_both_grouped_gemms_befor
     x, w1, w2, weights, ids = problem()
     apply(experts, x, w1, w2, weights, ids)
     assert env.vllm_calls == [tuple(x.shape)]  # no table: vLLM's kernel serves it
-    assert record._process.shapes == {Shape.of("grouped_mm", dtype="bfloat16", groups=E, b_major="col", m=ROWS, n=2 * I, k=H): 1,
-                                      Shape.of("grouped_mm", dtype="bfloat16", groups=E, b_major="col", m=ROWS, n=H, k=I): 1}
+    assert record._process.shapes == {Shape.of("grouped_mm", dtype="bfloat16", groups=E, b_major="col", top_k=TOP_K, m=ROWS, n=2 * I, k=H): 1,
+                                      Shape.of("grouped_mm", dtype="bfloat16", groups=E, b_major="col", top_k=TOP_K, m=ROWS, n=H, k=I): 1}
     record._process.shapes.clear()  # nothing for the at-exit save of this test process

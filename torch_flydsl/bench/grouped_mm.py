@@ -565,6 +565,37 @@ def case_of(rec: dict) -> Case:
     return Case(rec["model"], rec["proj"], rec["tokens"], rec["routing"], None if same else Moe(*dims, rec["model"]))
 
 
+def _from_spec(shapes: list):
+    """The MoE cases of a precompile shapes spec: each ``grouped_mm`` W13 shape (``n`` = 2I,
+    ``k`` = H) paired with its W2 (``n`` = H, ``k`` = I) at the same routed rows, experts, dtype
+    and ``top_k`` (the vLLM MoE route records both, with ``top_k``), as a gate_up and a down
+    record with balanced routing. A shape with no partner, or rows that are not a multiple of
+    its ``top_k``, or not bf16 with column-major experts, is left out (the reason goes to stderr)."""
+    import sys
+
+    mine = [s for s in shapes if s.op == BENCH.op]
+    if not mine:
+        return "holds no grouped_mm shape, which is what bench grouped_mm times"
+    keyed = {(s.m, s.n, s.k, s.get("groups"), s.dtype, s.get("top_k", 1), s.get("b_major", "col")) for s in mine}
+    out, paired = [], set()
+    for m, n, k, g, dtype, top_k, major in sorted(keyed):
+        down = (m, k, n // 2, g, dtype, top_k, major)
+        if n % 2 or down not in keyed or m % top_k or dtype != "bfloat16" or major != "col":
+            continue
+        paired |= {(m, n, k, g, dtype, top_k, major), down}
+        for proj in PROJECTIONS:
+            out.append({"model": "recorded", "G": g, "top_k": top_k, "H": k, "I": n // 2, "proj": proj,
+                        "tokens": m // top_k, "routing": "balanced"})
+    for m, n, k, g, dtype, top_k, major in sorted(keyed - paired):
+        why = (f"{dtype} (the recorded-shape path times bfloat16; --dtype fp16 with a shape file of cases times fp16)"
+               if dtype != "bfloat16" else "row-major experts (vLLM's are stored [N, K])" if major != "col" else
+               f"{m} rows are not a multiple of top_k={top_k}" if m % top_k else
+               "no W13/W2 partner (a W13 [2I, H] and a W2 [H, I] at the same rows, experts, dtype and top_k)")
+        print(f"bench grouped_mm: leaves out the recorded shape m={m} n={n} k={k} groups={g} {dtype}: {why}",
+              file=sys.stderr)
+    return out or "holds no W13/W2 pair of grouped_mm shapes (both GEMMs of an MoE call), which bench grouped_mm times"
+
+
 def _seed() -> list:
     return [{"model": c.model, "G": c.moe.experts, "top_k": c.moe.top_k, "H": c.moe.hidden, "I": c.moe.inter,
              "proj": c.projection, "tokens": c.tokens, "routing": c.routing} for c in suite()]
@@ -608,6 +639,7 @@ BENCH = Suite(
     config_columns=tuple(CONFIG_COLUMNS),
     table_picks=lambda rows, opts: table_picks(rows, opts),
     vllm_plan=lambda rec, args: _vllm_plan(rec, args),
+    from_spec=_from_spec,
 )
 
 

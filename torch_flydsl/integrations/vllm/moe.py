@@ -218,7 +218,8 @@ def serve(experts, output, hidden_states, w1, w2, topk_weights, topk_ids, activa
     if record.recording():
         name = str(dtype).replace("torch.", "")
         for gn, gk in ((n, k), (k, inter)):
-            record.note_shape(record.Shape.of("grouped_mm", dtype=name, m=rows, n=gn, k=gk, groups=groups, b_major="col"))
+            record.note_shape(record.Shape.of("grouped_mm", dtype=name, m=rows, n=gn, k=gk, groups=groups, b_major="col",
+                                               top_k=top_k))
     table = active()
     if not table.entries:
         return None, "no dispatch table (TORCH_FLYDSL_DISPATCH_TABLE)"

@@ -23,7 +23,10 @@ GROUPED_MM = UserOp(
      Field("dtype", str, "bfloat16", ("bfloat16", "float16"), {"bf16": "bfloat16", "fp16": "float16"}),
      Field("b_major", str, "col", ("col", "row"), formats=frozenset((SPEC, EXPLAIN)),
            help="each expert's [K,N] matrix: col = stored [G,N,K] (K contiguous, the usual weight layout), "
-                "row = N contiguous")),
+                "row = N contiguous"),
+     Field("top_k", int, 1, formats=frozenset((SPEC,)),
+           help="experts per token, where the MoE call is known (the vLLM MoE route records it): m / top_k are "
+                "the call's tokens, which bench grouped_mm's vLLM column picks its config by")),
     # Table entries are the MoE forward's: each expert's weight stored [N, K] (B col-major).
     table=TableRule(bias=False, groups=True, key_dtype=torch_dtype, spec_defaults={"b_major": "col"}),
     precompile=True,
