@@ -86,8 +86,8 @@ def compile_with_isa(cfg, layout: str, dtype, dump_dir: Path):
 
 
 def gemm_kernel(ck) -> KernelResources:
-    """The GEMM among a compile's kernels (a split-K compile also holds its reduction kernel,
-    which uses no LDS)."""
+    """The GEMM among a compile's kernels (one since split-K reduces in the same launch; a
+    two-launch split-K build also held a reduction kernel without LDS)."""
     return max(ck.kernels, key=lambda k: (k.lds_bytes, k.vgpr))
 
 
@@ -109,8 +109,8 @@ class ConfigReport:
     kernel: KernelResources
     metrics: Optional[LoopMetrics]
     seconds: float
-    kernels: int = 1  # kernels in the compile (2 with split-K's reduction)
-    extra: dict = field(default_factory=dict)
+    kernels: int = 1  # kernels in the compile (launches per GEMM)
+    extra: dict = field(default_factory=dict)  # split-K: handoff_facts()
 
     @property
     def key(self) -> str:
@@ -134,9 +134,27 @@ def collect(configs, layouts=("nt",), dtype=torch.bfloat16, dump_root: Optional[
             for layout in layouts:
                 ck, lines = compile_with_isa(cfg, layout, dtype, root / f"{layout}_{cfg.key()}")
                 per_tile = mfma_per_k_tile(cfg.block_m, cfg.block_n, cfg.block_k, cfg.waves)
+                extra = handoff_facts(lines) if getattr(cfg, "split_k", 1) > 1 else {}
                 reports.append(ConfigReport(cfg, layout, gemm_kernel(ck), loop_metrics(lines, per_tile), ck.seconds,
-                                            len(ck.kernels)))
+                                            len(ck.kernels), extra))
     return reports
+
+
+def handoff_facts(lines: list[str]) -> dict:
+    """What a split-K build's code does to hand partial tiles over, counted over the whole
+    listing: functions (= launches), program ends, L2 writebacks (``buffer_wbl2``: agent-scope
+    release), invalidates (``buffer_inv``: agent-scope acquire), global atomics by mnemonic and
+    every ``s_waitcnt`` that waits for ``vmcnt(0)``."""
+    code = [ln.split(";")[0].strip() for ln in lines if ln.startswith("\t") and not ln.strip().startswith(".")]
+    atomics = sorted({ln.split()[0] for ln in code if ln.startswith(("global_atomic", "buffer_atomic"))})
+    return {
+        "functions": sum(1 for ln in lines if ln.lstrip().startswith(".type") and "@function" in ln),
+        "s_endpgm": sum(ln == "s_endpgm" for ln in code),
+        "buffer_wbl2": sum(ln.startswith("buffer_wbl2") for ln in code),
+        "buffer_inv": sum(ln.startswith("buffer_inv") for ln in code),
+        "atomics": ",".join(atomics) or "-",
+        "vmcnt(0)": sum(ln.startswith("s_waitcnt") and "vmcnt(0)" in ln for ln in code),
+    }
 
 
 # -- issue 9's checks ----------------------------------------------------------------------------
@@ -226,6 +244,11 @@ HBM_BYTES_PER_S = 8e12
 # shared by the XCD's 32 CUs.
 L2_BYTES_PER_CLOCK_PER_CU = 16 * 128 / 32
 ELEM_BYTES = 2
+# Latency terms (split-K only; assumptions, not measurements): a back-to-back kernel gap on one
+# stream, and one dependent global access that goes past the XCD's L2 (written-back partial
+# tiles, the counter atomic).
+LAUNCH_GAP_US = 1.0
+MEMORY_ROUND_TRIP_US = 0.7
 
 ASSUMPTIONS = f"""\
 MODEL, NOT MEASUREMENT: MI355X as {CUS} CUs x {SIMDS_PER_CU} SIMDs at {CLOCK_HZ / 1e9:g} GHz, {HBM_BYTES_PER_S / 1e12:g} TB/s HBM.
@@ -243,8 +266,13 @@ MODEL, NOT MEASUREMENT: MI355X as {CUS} CUs x {SIMDS_PER_CU} SIMDs at {CLOCK_HZ 
   so predicted = max(compute, HBM, L2) x ceil(grid/{CUS}) x {CUS} / grid (an idle CU's share of MFMA, HBM
   and L2 throughput is lost: pessimistic for HBM when a small grid could still saturate it).
   'rounds' = ceil(grid / ({CUS} x workgroups resident per CU)), residency from VGPRs and LDS.
-- not modelled: launch overhead, the split-K reduction kernel's own launch, clocks under load, the Infinity
-  Cache's bandwidth, XCD placement, DMA latency and how many bytes each workgroup keeps in flight."""
+- split-K handoff (latency, added to the time above): one launch; each output tile's last workgroup waits
+  for one counter atomic round trip and one round trip to read the partial tiles before its epilogue:
+  {2 * MEMORY_ROUND_TRIP_US:g} us ({MEMORY_ROUND_TRIP_US:g} us per dependent access past L2, assumed). The two-launch design it
+  replaced paid a kernel gap ({LAUNCH_GAP_US:g} us, assumed) plus the reduction kernel's read round trip instead:
+  {LAUNCH_GAP_US + MEMORY_ROUND_TRIP_US:g} us ('2-launch us').
+- not modelled: launch overhead of the first launch, clocks under load, the Infinity Cache's bandwidth, XCD
+  placement, DMA latency and how many bytes each workgroup keeps in flight."""
 
 
 @dataclass(frozen=True)
@@ -259,6 +287,17 @@ class Prediction:
     tail: float
     predicted_us: float
     tflops: float
+    handoff_us: float = 0.0  # split-K's last-arriver latency, included in predicted_us
+    two_launch_us: float = 0.0  # what the two-launch split-K would have been predicted at
+
+
+def handoff_us(split: int, launches: int = 1) -> float:
+    """Split-K's exposed latency after the GEMM's own time (ASSUMPTIONS): one launch, a counter
+    atomic and a partial-tile read round trip; two launches, a kernel gap and the read."""
+    if split <= 1:
+        return 0.0
+    first = MEMORY_ROUND_TRIP_US if launches == 1 else LAUNCH_GAP_US
+    return first + MEMORY_ROUND_TRIP_US
 
 
 def predict(cfg, wg_per_cu: int, m: int, n: int, k: int) -> Prediction:
@@ -278,10 +317,11 @@ def predict(cfg, wg_per_cu: int, m: int, n: int, k: int) -> Prediction:
     l2 = grid * (cfg.block_m + cfg.block_n) * (k_padded // split) * ELEM_BYTES / (
         CUS * L2_BYTES_PER_CLOCK_PER_CU * CLOCK_HZ)
     tail = per_cu * CUS / grid
-    t = max(compute, hbm, l2) * tail
+    base_us = max(compute, hbm, l2) * tail * 1e6
+    t_us = base_us + handoff_us(split)
     rounds = -(-grid // (CUS * max(1, wg_per_cu)))
-    return Prediction(cfg.key(), grid, wg_per_cu, rounds, compute * 1e6, hbm * 1e6, l2 * 1e6, tail, t * 1e6,
-                      2 * m * n * k / t / 1e12)
+    return Prediction(cfg.key(), grid, wg_per_cu, rounds, compute * 1e6, hbm * 1e6, l2 * 1e6, tail, t_us,
+                      2 * m * n * k / (t_us * 1e-6) / 1e12, handoff_us(split), base_us + handoff_us(split, 2))
 
 
 def model(reports: list[ConfigReport], shapes=SUITE) -> list[tuple[tuple[int, int, int], list[Prediction]]]:
@@ -305,17 +345,18 @@ def best_of(preds: list[Prediction]) -> Prediction:
 
 def model_rows(results, which: str = "all") -> tuple[list, list]:
     headers = ["shape", "config", "grid", "wg/CU", "rounds", "compute us", "HBM us", "L2 us", "tail x",
-               "predicted us", "TFLOP/s", "best"]
+               "handoff us", "predicted us", "TFLOP/s", "2-launch us", "best"]
     rows = []
     for (m, n, k), preds in results:
         if not preds:
-            rows.append([f"{m}x{n}x{k}", "no config offered"] + [None] * 10)
+            rows.append([f"{m}x{n}x{k}", "no config offered"] + [None] * 12)
             continue
         best = best_of(preds)
         for p in (preds if which == "all" else [best]):
+            two = round(p.two_launch_us, 2) if p.handoff_us else None
             rows.append([f"{m}x{n}x{k}", p.config, p.grid, p.wg_per_cu, p.rounds, round(p.compute_us, 2),
-                         round(p.hbm_us, 2), round(p.l2_us, 2), round(p.tail, 3), round(p.predicted_us, 2),
-                         round(p.tflops, 1), "<- best" if p is best else ""])
+                         round(p.hbm_us, 2), round(p.l2_us, 2), round(p.tail, 3), round(p.handoff_us, 2),
+                         round(p.predicted_us, 2), round(p.tflops, 1), two, "<- best" if p is best else ""])
     return headers, rows
 
 
@@ -353,6 +394,13 @@ def main(argv=None) -> int:
           f"edge, >= 2 waves/SIMD): {len(reports) - len(failing)} of {len(reports)} pass"
           + (f"; failing: {', '.join(failing)}" if failing else ""))
     print(f"compile: {sum(r.seconds for r in reports):.1f} s for {len(reports)} kernels")
+    split = [r for r in reports if r.extra]
+    if split:
+        print("\nSplit-K handoff, whole listing (launches = functions; agent release = buffer_wbl2 sc1 + vmcnt(0), "
+              "acquire = vmcnt(0) + buffer_inv sc1):")
+        keys = list(split[0].extra)
+        print(tabulate([[r.key, r.layout, *(r.extra[k] for k in keys)] for r in split],
+                       headers=["config", "layout", *keys], disable_numparse=True))
     if args.json:
         Path(args.json).write_text(json.dumps(
             [{"config": r.key, "layout": r.layout, "line": golden_line(r), "problems": done_when_problems(r)}
