@@ -124,7 +124,6 @@ def reroute_on(env, tmp_path, executor: str, rows=ROWS, config=CFG):
     env.setenv("TORCH_FLYDSL_EXECUTOR", executor)
     env.setenv("TORCH_FLYDSL_DISPATCH_TABLE", table_file(tmp_path / "table.json", rows, config))
     torch_flydsl_boot.vllm_register()
-    moe_mx.install()  # what integrations.vllm.install does once it arms this route
     oracle()
     assert moe_mx.installed(), common.install_error
 

@@ -140,7 +140,6 @@ def reroute_on(env, tmp_path, executor: str, *entries, opt_in: bool = True):
                write_table(tmp_path / "table.json", "scaled_mm", "mxfp4", N, K, CFG, entries or [(M, False)]))
     torch_flydsl_boot.vllm_register()
     linear_module()
-    vllm_mxfp4.install()  # until the package's install() arms it
     assert vllm_mxfp4.installed(), common.install_error
 
 
