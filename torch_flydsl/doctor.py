@@ -250,6 +250,7 @@ def vllm_rows() -> list[tuple[str, str]]:
     """The vLLM route (read without importing vLLM): vLLM's version, the re-route knob, which
     re-routes are armed in this process (vLLM arms them in its own processes when it loads the
     plugin), the table's entries per op, recording, and the plugin's compile-cache fingerprint."""
+    from . import config
     from .deploy import record, winners
     from .integrations.vllm import cache_key, common
 
@@ -261,6 +262,8 @@ def vllm_rows() -> list[tuple[str, str]]:
     return [
         ("vLLM", _version("vllm")),
         (common.KNOB, knob),
+        ("TORCH_FLYDSL_VLLM_MXFP4", "on: with the re-route on, MXFP4 (W4A4) linear layers the table names are re-routed too"
+         if config.vllm_mxfp4() else "off: MXFP4 linear layers keep vLLM's kernels (opt-in)"),
         ("re-routes armed in this process", ", ".join(armed) if armed else "none (this is not a vLLM process)"),
         ("dispatch table", _dispatch_table()),
         (record.ENV, os.environ.get(record.ENV) or "off"),
