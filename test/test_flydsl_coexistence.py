@@ -279,3 +279,17 @@ def test_without_packaging_requirements_are_split_as_written_and_left_undecided(
     assert probe._parse_requirement('flydsl>=0.3, <0.4 ; extra == "rocm"') == ("flydsl", ">=0.3,<0.4", 'extra == "rocm"', True)
     assert probe._parse_requirement("flydsl") == ("flydsl", "", None, True)
     assert probe._satisfies("0.3.1", "==0.3.1") is None and probe._satisfies("0.3.1", "") is True
+
+
+def test_inductor_asking_for_flydsl_adds_no_second_warning_for_a_pinned_flydsl(image, caplog, monkeypatch):
+    """FLYDSL requested with AITER's flydsl: the probe's one warning says why and what to do; the
+    Inductor offer's own "offers nothing" line for the same cause drops to info."""
+    from torch_flydsl.inductor import offer
+
+    monkeypatch.setattr(offer, "_warned_versions", set())
+    with caplog.at_level(logging.INFO, logger="torch_flydsl"):
+        info = probe.flydsl_info()
+        offer.log_offer(offer.Offer("mm").decline("version", info.reason), "mm node")
+    warnings = [r for r in caplog.records if r.name == "torch_flydsl" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].getMessage().startswith("torch_flydsl is off in this process")
+    assert any(r.levelno == logging.INFO and "offers nothing" in r.getMessage() for r in caplog.records)

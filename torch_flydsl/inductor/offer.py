@@ -5,6 +5,7 @@ Inputs come from Inductor IR; everything after ``TensorMeta`` is the template fa
 
 from __future__ import annotations
 
+import logging
 import os
 
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ import sympy
 from .. import config
 from .._log import log
 from ..runtime.launch_guard import device_decline
-from ..runtime.probe import flydsl_info
+from ..runtime.probe import flydsl_info, off_warned
 from ..registry import Family, family_for
 from ..serving import deferral
 from ..templates.base import Decline, TensorMeta
@@ -228,6 +229,10 @@ def log_offer(offer: Offer, where: str) -> None:
             # FLYDSL was asked for and cannot work in this process at all (flydsl missing or
             # unsupported): worth a warning, once.
             _warned_versions.add(d.reason)
-            log.warning("FLYDSL was requested but offers nothing in this process: %s", d.reason)
+            flydsl = flydsl_info()
+            said = off_warned() and flydsl.reason is not None and flydsl.reason in d.reason
+            # the probe's one warning already named this flydsl and the user's options
+            log.log(logging.INFO if said else logging.WARNING,
+                    "FLYDSL was requested but offers nothing in this process: %s", d.reason)
         else:
             log.info("%s: no FlyDSL choice: %s", where, d)

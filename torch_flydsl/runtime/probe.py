@@ -270,6 +270,12 @@ def _warn_off(version: str, pins: Sequence[FlyDSLRequirement]) -> None:
     log.warning("%s", off_warning(version, pins))
 
 
+def off_warned() -> bool:
+    """Whether this process has logged (or handed to ``doctor``) why the plugin is off with its
+    flydsl: a caller that would warn about the same cause stays quiet."""
+    return _off_warned
+
+
 def off_reported_elsewhere() -> None:
     """The caller reports why the plugin is off itself (``doctor``): no warning in this process."""
     global _off_warned
