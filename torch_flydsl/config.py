@@ -50,7 +50,8 @@ KNOBS = (
         "0",
         "FlyDSL GEMM configs offered per node: 0 = one baseline config; 1 = curated list, or the "
         "exhaustive space when TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_SEARCH_SPACE=EXHAUSTIVE; or name "
-        "baseline|curated|exhaustive directly.",
+        "baseline|curated|exhaustive directly. Unset: torch 2.15's switch decides "
+        "(config.flydsl_enable_autotuning, or FLYDSL_ENABLE_AUTOTUNING=1 on any torch, reads as 1).",
     ),
     Knob(
         "TORCH_FLYDSL_INTREE_POLICY",
@@ -131,18 +132,40 @@ def intree_policy() -> str:
     return _choice("TORCH_FLYDSL_INTREE_POLICY", INTREE_POLICIES, "defer")
 
 
+SEEDS_AUTOTUNE_ENV = "FLYDSL_ENABLE_AUTOTUNING"  # torch 2.15's Inductor reads it into the key below
+SEEDS_AUTOTUNE_KEY = "flydsl_enable_autotuning"  # torch._inductor.config's switch (torch 2.15+)
+
+
 def _autotune_setting() -> str:
     """``TORCH_FLYDSL_AUTOTUNE`` parsed: a breadth name, or "on"/"off" (any boolean spelling);
-    a bad value warns once and reads as "off"."""
+    a bad value warns once and reads as "off". Unset, the seeds' switch decides: "on" where
+    ``torch._inductor.config.flydsl_enable_autotuning`` is True (torch 2.15+) or, on any torch,
+    ``FLYDSL_ENABLE_AUTOTUNING=1``; else "off"."""
     name = "TORCH_FLYDSL_AUTOTUNE"
     raw = os.environ.get(name, "")
     word = raw.strip().lower()
+    if not word:
+        return "on" if seeds_autotune_switch() else "off"
     if word in BREADTHS:
         return word
-    if word and word not in TRUE_WORDS + FALSE_WORDS:
+    if word not in TRUE_WORDS + FALSE_WORDS:
         _bad_value(name, raw, "0, 1 (or another boolean) or one of " + ", ".join(BREADTHS), "0")
         return "off"
     return "on" if env_flag(name, False) else "off"
+
+
+def seeds_autotune_switch() -> bool:
+    """The switch torch 2.15's in-tree FlyDSL backend documents: Inductor's
+    ``config.flydsl_enable_autotuning`` where this torch has it (its default reads
+    ``FLYDSL_ENABLE_AUTOTUNING``), else ``FLYDSL_ENABLE_AUTOTUNING=1`` as torch 2.15 spells it.
+    Inductor's config is read only if something imported it already."""
+    import sys
+
+    inductor = sys.modules.get("torch._inductor.config")
+    value = getattr(inductor, SEEDS_AUTOTUNE_KEY, None) if inductor is not None else None
+    if isinstance(value, bool):
+        return value
+    return os.environ.get(SEEDS_AUTOTUNE_ENV, "0") == "1"
 
 
 def autotune_breadth(inductor_search_space: str = "DEFAULT") -> str:
