@@ -109,19 +109,25 @@ def test_standin_plumbing_and_declines_with_reasons():
 
 @pytest.mark.emulator
 def test_torch_compile_traces_with_fake_tensors_and_runs():
+    """Inductor lowers topk to an extern call of aten.topk (torch 2.11-2.15, CPU and CUDA alike:
+    docs/support.md), so the compiled graph's topk is served by the override too."""
     r = run("emulator", """
         import torch._dynamo
+        from torch._inductor.utils import run_and_get_code
         x = torch.randn(2, 300, generator=g)
         f = torch.compile(lambda t: torch.topk(t * 2, 4, largest=False), backend="inductor", fullgraph=True)
-        res = f(x)
+        (res, code), seen = served(lambda: run_and_get_code(f, x))
         rv, ri = reference(x * 2, 4, largest=False)
         out["compiled"] = same(res, (rv, ri))
+        out["extern"] = any("torch.ops.aten.topk" in c for c in code)
+        out["served"] = seen
         from torch._subclasses.fake_tensor import FakeTensorMode
         with FakeTensorMode():
             fv, fi = torch.topk(torch.empty(3, 50), 5)
             out["fake"] = [list(fv.shape), str(fi.dtype)]
     """)
     assert r["compiled"] is True
+    assert r["extern"] is True and r["served"] == ["aten.topk: FlyDSL topk_t256_kp4"]
     assert r["fake"] == [[3, 5], "torch.int64"]
 
 
