@@ -1,9 +1,12 @@
 """The dense GEMM kernel's main K loop, read from its gfx950 assembly, for every curated config,
 and a simple MI355X model of each config on the 15 BF16 NT shapes of
 ``torch_flydsl.bench.mm.SUITE`` (the dense device benchmark's). Static evidence only: nothing here runs a kernel.
+``--family grouped``: the same for the grouped GEMM family's configs (the MoE forward kernel:
+8 groups, B per expert ``t`` = K-contiguous), modelled on ``GROUPED_SUITE`` (issue 20's MoE
+shapes) with the waits the loop's ISA shows (``GROUPED_ASSUMPTIONS``).
 
     python benchmarks/isa_report.py [--layouts nt] [--dtype bf16] [--breadth curated]
-        [--configs KEY,KEY] [--no-model] [--model-rows best|all] [--isa-dir DIR]
+        [--configs KEY,KEY] [--family dense|grouped] [--latency CYCLES] [--no-model] [--model-rows best|all] [--isa-dir DIR]
 
 Per config (compiled for gfx950 on this CPU, bf16, layout ``nt`` = A row-major ``[M, K]``, B
 given as ``W[N, K].t()``; other layouts with ``--layouts``), per K tile of the main loop
@@ -56,17 +59,41 @@ def operand(rows: int, cols: int, major: str, dtype) -> torch.Tensor:
     return torch.empty(rows, cols, dtype=dtype) if major == "n" else torch.empty(cols, rows, dtype=dtype).t()
 
 
-def compile_with_isa(cfg, layout: str, dtype, dump_dir: Path):
-    """Compile ``cfg`` for gfx950 with FlyDSL's dump on; ``(compiled kernel, ISA lines)``.
-    The problem is 512 x 512 x 4 K tiles (sizes are runtime values: the loop is the same for
-    every shape without a K tail)."""
-    from torch_flydsl.runtime.compile import compile_gfx950
+def dense_compile_args(cfg, layout: str, dtype):
+    """The dense kernel on 512 x 512 x 4 K tiles (sizes are runtime values: the loop is the
+    same for every shape without a K tail)."""
     from torch_flydsl.templates.dense_gemm.launcher import compile_args
 
     m, n, k = 512, 512, 4 * cfg.block_k
     a, b = operand(m, k, layout[0], dtype), operand(k, n, layout[1], dtype)
-    out = torch.empty(m, n, dtype=dtype)
-    jit_fn, jit_args = compile_args(cfg, a, b, out, None)
+    return compile_args(cfg, a, b, torch.empty(m, n, dtype=dtype), None)
+
+
+def grouped_compile_args(cfg, layout: str, dtype):
+    """The grouped kernel's MoE forward (groups split A's rows by ``offs``): 8 groups of 64 rows,
+    N = 512, 4 K tiles; ``layout[1]`` is each expert weight's major as for dense B (``t``: stored
+    ``[G, N, K]``, K contiguous; ``n``: ``[G, K, N]``). Sizes and offsets are runtime values."""
+    from torch_flydsl.templates.grouped_gemm.launcher import compile_args
+
+    if layout[0] != "n":
+        raise ValueError(f"grouped GEMM's A is row-major: layout {layout!r} (use nt or nn)")
+    tokens, groups, n, k = 512, 8, 512, 4 * cfg.block_k
+    a = torch.empty(tokens, k, dtype=dtype)
+    b = (torch.empty(groups, n, k, dtype=dtype).transpose(1, 2) if layout[1] == "t"
+         else torch.empty(groups, k, n, dtype=dtype))
+    offs = torch.arange(1, groups + 1, dtype=torch.int32) * (tokens // groups)
+    return compile_args(cfg, a, b, offs, torch.empty(tokens, n, dtype=dtype))
+
+
+COMPILE_ARGS = {"dense": dense_compile_args, "grouped": grouped_compile_args}
+
+
+def compile_with_isa(cfg, layout: str, dtype, dump_dir: Path, family: str = "dense"):
+    """Compile ``cfg`` of ``family`` (dense, grouped) for gfx950 with FlyDSL's dump on;
+    ``(compiled kernel, ISA lines)``."""
+    from torch_flydsl.runtime.compile import compile_gfx950
+
+    jit_fn, jit_args = COMPILE_ARGS[family](cfg, layout, dtype)
     saved = {v: os.environ.get(v) for v in ("FLYDSL_DUMP_IR", "FLYDSL_DUMP_DIR")}
     os.environ.update(FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=str(dump_dir))
     try:
@@ -125,14 +152,16 @@ class ConfigReport:
         return self.kernel.waves_per_simd(self.cfg.threads)
 
 
-def collect(configs, layouts=("nt",), dtype=torch.bfloat16, dump_root: Optional[Path] = None) -> list[ConfigReport]:
-    """Compile every (config, layout) with its ISA dumped under its own directory and read it."""
+def collect(configs, layouts=("nt",), dtype=torch.bfloat16, dump_root: Optional[Path] = None,
+            family: str = "dense") -> list[ConfigReport]:
+    """Compile every (config, layout) of ``family`` with its ISA dumped under its own directory
+    and read it."""
     reports = []
     with tempfile.TemporaryDirectory(prefix="isa_report_") as tmp:
         root = Path(dump_root or tmp)
         for cfg in configs:
             for layout in layouts:
-                ck, lines = compile_with_isa(cfg, layout, dtype, root / f"{layout}_{cfg.key()}")
+                ck, lines = compile_with_isa(cfg, layout, dtype, root / f"{layout}_{cfg.key()}", family)
                 per_tile = mfma_per_k_tile(cfg.block_m, cfg.block_n, cfg.block_k, cfg.waves)
                 extra = handoff_facts(lines) if getattr(cfg, "split_k", 1) > 1 else {}
                 reports.append(ConfigReport(cfg, layout, gemm_kernel(ck), loop_metrics(lines, per_tile), ck.seconds,
@@ -173,10 +202,30 @@ def offered(cfg, m: int, n: int, k: int) -> bool:
     return not isinstance(p, Decline) and config_fits(cfg, p) is None
 
 
-def runs_steady_state(cfg) -> bool:
+def runs_steady_state(cfg, family: str = "dense") -> bool:
     """Whether some suite shape the family offers ``cfg`` for gives each of its workgroups at
     least ``MIN_STEADY_K_TILES`` K tiles (only there does the steady-state loop matter)."""
+    if family == "grouped":
+        return any(grouped_offered(cfg, *shape) and shape[3] // cfg.block_k >= MIN_STEADY_K_TILES
+                   for shape in GROUPED_SUITE)
     return any(offered(cfg, m, n, k) and k_tiles_per_workgroup(cfg, k) >= MIN_STEADY_K_TILES for m, n, k in SUITE)
+
+
+# The grouped family's shapes: issue 20's MoE forward, 8 experts with balanced routing, N=4096,
+# K=2048, at 1024 and 8192 tokens (T, G, N, K).
+GROUPED_SUITE = ((1024, 8, 4096, 2048), (8192, 8, 4096, 2048))
+
+
+def grouped_problem(tokens: int, groups: int, n: int, k: int):
+    from torch_flydsl.templates.grouped_gemm import GroupedGemmProblem
+
+    return GroupedGemmProblem(tokens, n, k, groups, torch.bfloat16)
+
+
+def grouped_offered(cfg, tokens: int, groups: int, n: int, k: int) -> bool:
+    from torch_flydsl.templates.grouped_gemm import config_fits
+
+    return config_fits(cfg, grouped_problem(tokens, groups, n, k)) is None
 
 
 def done_when_problems(r: ConfigReport) -> list[str]:
@@ -324,6 +373,86 @@ def predict(cfg, wg_per_cu: int, m: int, n: int, k: int) -> Prediction:
                       2 * m * n * k / (t_us * 1e-6) / 1e12, handoff_us(split), base_us + handoff_us(split, 2))
 
 
+# -- the grouped model: the dense one's throughput floors plus what the loop's waits expose --------
+
+DMA_LATENCY_CYCLES = 1000  # one K tile's DMAs, issue to landed in LDS (~420 ns at 2.4 GHz; assumed)
+DMA_ISSUE_FRACTION = 0.5  # of a tile's MFMAs a wave has issued when the next DMAs go out (between them)
+
+GROUPED_ASSUMPTIONS = f"""\
+MODEL, NOT MEASUREMENT (grouped): MI355X as {CUS} CUs x {SIMDS_PER_CU} SIMDs at {CLOCK_HZ / 1e9:g} GHz, \
+{HBM_BYTES_PER_S / 1e12:g} TB/s HBM; balanced routing (every group T/G rows).
+- tiles: G x ceil(rows/block_m) x ceil(N/block_n); persistent grid = min(tile bound, {CUS} x the workgroups LDS lets
+  a CU hold (gemm.persistent, at most 4)); the busiest workgroup walks ceil(tiles / grid) tiles of K/block_k K tiles.
+- one K tile of one wave: C = its MFMAs x {MFMA_CYCLES} cycles. The loop's waits (read from the ISA) leave
+  lead = vmcnt / DMAs per tile + 1 tiles in flight; a DMA goes out after {DMA_ISSUE_FRACTION:g} of a tile's MFMAs and lands
+  {DMA_LATENCY_CYCLES} cycles later (assumed: a load that misses L2). A wave's period per K tile is
+  P = max(w x C, ({DMA_ISSUE_FRACTION:g} x C + {DMA_LATENCY_CYCLES}) / lead): w waves share a SIMD's MFMA pipe
+  (w = resident workgroups per CU, from VGPRs, LDS and the grid, x waves per workgroup / {SIMDS_PER_CU}), and a
+  tile cannot start before its DMAs, issued lead tiles earlier, have landed. vmcnt(0) every tile is lead 1.
+- predicted = max(tiles per workgroup x K tiles x P / clock, HBM (A, B, C once), L2 ({L2_BYTES_PER_CLOCK_PER_CU:g} B/clock
+  per CU for the busiest CU's operand strips)).
+- not modelled: LDS, address and barrier cycles, the epilogue, the offsets walk, clocks under load, Infinity Cache."""
+
+
+@dataclass(frozen=True)
+class GroupedPrediction:
+    config: str
+    grid: int
+    tiles: int
+    tiles_per_wg: int
+    waves_per_simd: float
+    lead: float
+    period_cycles: float
+    schedule_us: float
+    hbm_us: float
+    l2_us: float
+    predicted_us: float
+    tflops: float
+
+
+def predict_grouped(r: ConfigReport, tokens: int, groups: int, n: int, k: int,
+                    latency: float = DMA_LATENCY_CYCLES) -> GroupedPrediction:
+    """The grouped model's time for report ``r``'s config on one balanced MoE forward
+    (GROUPED_ASSUMPTIONS says what it counts)."""
+    from torch_flydsl.templates.gemm.persistent import persistent_grid, tile_upper_bound
+
+    cfg, m = r.cfg, r.metrics
+    rows = -(-tokens // groups)
+    tiles = groups * -(-rows // cfg.block_m) * -(-n // cfg.block_n)
+    grid = persistent_grid(tile_upper_bound(tokens, groups, n, cfg.block_m, cfg.block_n), cfg.lds_bytes)
+    per_wg = -(-tiles // grid)
+    busy = min(tiles, grid)  # workgroups with a tile
+    resident = min(r.wg_per_cu, -(-busy // CUS))
+    w = max(1.0, resident * cfg.waves / SIMDS_PER_CU)
+    c = mfma_per_k_tile(cfg.block_m, cfg.block_n, cfg.block_k, cfg.waves) * MFMA_CYCLES
+    dma_tile = m.per_tile(m.dma) if m else 0
+    lead = (min(m.vmcnt) / dma_tile + 1) if m and m.vmcnt and dma_tile else 1.0
+    period = max(w * c, (DMA_ISSUE_FRACTION * c + latency) / lead)
+    k_tiles = k // cfg.block_k
+    sched = per_wg * k_tiles * period / CLOCK_HZ
+    hbm = ELEM_BYTES * (tokens * k + groups * k * n + tokens * n) / HBM_BYTES_PER_S
+    busiest_cu_tiles = -(-tiles // CUS)
+    l2 = busiest_cu_tiles * (cfg.block_m + cfg.block_n) * k * ELEM_BYTES / (L2_BYTES_PER_CLOCK_PER_CU * CLOCK_HZ)
+    t = max(sched, hbm, l2)
+    return GroupedPrediction(cfg.key(), grid, tiles, per_wg, w, lead, period, sched * 1e6, hbm * 1e6, l2 * 1e6,
+                             t * 1e6, 2 * tokens * n * k / t / 1e12)
+
+
+def grouped_model_rows(reports: list[ConfigReport], shapes=GROUPED_SUITE, latency: float = DMA_LATENCY_CYCLES):
+    headers = ["T x G x N x K", "config", "grid", "tiles", "tiles/wg", "waves/SIMD", "lead tiles", "P cycles",
+               "schedule us", "HBM us", "L2 us", "predicted us", "TFLOP/s", "best"]
+    rows = []
+    for shape in shapes:
+        preds = [predict_grouped(r, *shape, latency) for r in reports if grouped_offered(r.cfg, *shape)]
+        best = min(preds, key=lambda p: p.predicted_us) if preds else None
+        for p in preds:
+            rows.append(["x".join(map(str, shape)), p.config, p.grid, p.tiles, p.tiles_per_wg, _g(p.waves_per_simd),
+                         _g(p.lead), round(p.period_cycles), round(p.schedule_us, 2), round(p.hbm_us, 2),
+                         round(p.l2_us, 2), round(p.predicted_us, 2), round(p.tflops, 1),
+                         "<- best" if p is best else ""])
+    return headers, rows
+
+
 def model(reports: list[ConfigReport], shapes=SUITE) -> list[tuple[tuple[int, int, int], list[Prediction]]]:
     """Per shape, the prediction of every reported config the family offers for it (one report
     per config: the first layout's)."""
@@ -365,9 +494,15 @@ def main(argv=None) -> int:
 
     from torch_flydsl.runtime.probe import flydsl_info
     from torch_flydsl.templates.dense_gemm.config import DenseGemmConfig, search_space
+    from torch_flydsl.templates.grouped_gemm.config import GroupedGemmConfig
+    from torch_flydsl.templates.grouped_gemm.config import search_space as grouped_space
 
-    p = argparse.ArgumentParser(description="Main K loop of every dense GEMM config from its gfx950 ISA, and an "
-                                            "MI355X model (no GPU)")
+    p = argparse.ArgumentParser(description="Main K loop of every dense (or grouped) GEMM config from its gfx950 ISA, "
+                                            "and an MI355X model (no GPU)")
+    p.add_argument("--family", default="dense", choices=list(COMPILE_ARGS),
+                   help="dense (mm suite model) or grouped (MoE forward, GROUPED_SUITE model; layouts nt, nn)")
+    p.add_argument("--latency", type=float, default=DMA_LATENCY_CYCLES,
+                   help="grouped model: DMA latency in cycles")
     p.add_argument("--breadth", default="curated", choices=["baseline", "curated", "exhaustive"])
     p.add_argument("--configs", default=None, help="comma-separated config keys (default: the breadth's configs)")
     p.add_argument("--layouts", default="nt", help="comma-separated: nn,nt,tn,tt")
@@ -382,9 +517,10 @@ def main(argv=None) -> int:
     if not info.usable:
         print(f"isa_report: flydsl is unusable here: {info.reason}")
         return 1
-    configs = ([DenseGemmConfig.from_key(c) for c in args.configs.split(",")] if args.configs
-               else search_space(args.breadth))
-    reports = collect(configs, args.layouts.split(","), DTYPES[args.dtype], Path(args.isa_dir) if args.isa_dir else None)
+    cls, space = (GroupedGemmConfig, grouped_space) if args.family == "grouped" else (DenseGemmConfig, search_space)
+    configs = [cls.from_key(c) for c in args.configs.split(",")] if args.configs else space(args.breadth)
+    reports = collect(configs, args.layouts.split(","), DTYPES[args.dtype], Path(args.isa_dir) if args.isa_dir else None,
+                      args.family)
     headers, rows = schedule_rows(reports)
     print(f"Main K loop per K tile, {args.dtype}, flydsl {info.version}, gfx950 ISA compiled on the CPU "
           "(definitions: torch_flydsl/runtime/isa.py)")
@@ -405,7 +541,12 @@ def main(argv=None) -> int:
         Path(args.json).write_text(json.dumps(
             [{"config": r.key, "layout": r.layout, "line": golden_line(r), "problems": done_when_problems(r)}
              for r in reports], indent=1))
-    if not args.no_model:
+    if not args.no_model and args.family == "grouped":
+        first = [r for r in reports if r.layout == args.layouts.split(",")[0]]
+        print("\n" + GROUPED_ASSUMPTIONS + "\n")
+        h, rows = grouped_model_rows(first, latency=args.latency)
+        print(tabulate(rows, headers=h, disable_numparse=True))
+    elif not args.no_model:
         first = [r for r in reports if r.layout == args.layouts.split(",")[0]]
         results = model(first)
         print("\n" + ASSUMPTIONS + "\n")
