@@ -218,7 +218,7 @@ def synthetic_rows(bench):
 
 
 def test_plot_without_matplotlib_says_no(bench, monkeypatch, tmp_path):
-    monkeypatch.setattr(bench, "matplotlib_pyplot", lambda: None)
+    monkeypatch.setattr("torch_flydsl.bench.plots.matplotlib_pyplot", lambda: None)
     assert bench.plot(tmp_path / "p.png", synthetic_rows(bench)) is False
     assert not (tmp_path / "p.png").exists()
 

@@ -77,7 +77,7 @@ import torch
 from ..registry import family_for
 from . import baselines, vllm_columns
 from .baselines import TritonUnavailable
-from .plots import matplotlib_pyplot
+from .plots import plot_speedups, present
 from .report import Baseline, geomean
 from .shapes import Field
 from .suite import Suite, plan_keys
@@ -433,28 +433,11 @@ def summary(rows: list) -> list[str]:
 
 
 def plot(path: Path, rows: list) -> bool:
-    plt = matplotlib_pyplot()
-    if plt is None:
-        return False
-    models = list(dict.fromkeys(r["model"] for r in rows))
-    fig, axes = plt.subplots(len(models), 1, figsize=(16, 4.2 * len(models)), squeeze=False)
-    for ax, model in zip(axes[:, 0], models):
-        mine = [r for r in rows if r["model"] == model]
-        x = range(len(mine))
-        for key, label, shift in (("x_aten", "vs torch._grouped_mm", -0.2), ("x_triton", "vs Triton", 0.2)):
-            ax.bar([i + shift for i in x], [r.get(key) or 0 for r in mine], width=0.4, label=label)
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xticks(list(x), [f"{r['proj']} {r['tokens']} {r['routing']}" for r in mine], rotation=60, ha="right",
-                      fontsize=7)
-        ax.set_ylabel("FlyDSL speedup")
-        moe = MODELS.get(model)
-        ax.set_title(f"{model} ({moe.experts} experts, top-{moe.top_k}, H {moe.hidden}, I {moe.inter})" if moe
-                     else model)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    """FlyDSL's speedups per case (``plots.plot_speedups``) against each column timed; the case
+    names B's layout where the rows hold more than one."""
+    majors = len({r.get("b_major") for r in rows}) > 1
+    label = (lambda r: f"{_label(r)} B {r.get('b_major')}") if majors else _label
+    return plot_speedups(path, BENCH.title, rows, present(rows, BENCH.baselines(True, True)), label)
 
 
 def measure(cases: list[Case], args, state: Optional[dict] = None) -> tuple[list, list]:

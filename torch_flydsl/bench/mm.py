@@ -72,7 +72,7 @@ import torch
 from ..registry import family_for
 from . import baselines, vllm_columns
 from .baselines import TritonUnavailable  # noqa: F401  (bench_shape callers and tests catch it by this name)
-from .plots import matplotlib_pyplot
+from .plots import plot_speedups, present
 from .report import TIE_BAND, Baseline, geomean, outcome
 from .shapes import Field
 from .suite import SpecRecords, Suite, plan_keys
@@ -322,32 +322,15 @@ def summary(rows: list) -> list[str]:
 
 
 def plot(path: Path, rows: list) -> bool:
-    """TFLOP/s of the three columns per shape (log scale) over FlyDSL's speedups."""
-    plt = matplotlib_pyplot()
-    if plt is None:
-        return False
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(14, 9), sharex=True)
-    x = range(len(rows))
-    for key, label, shift in (("flydsl_tflops", "FlyDSL (best curated)", -0.27), ("aten_tflops", "ATen", 0.0),
-                              ("triton_tflops", "Triton (Inductor)", 0.27)):
-        top.bar([i + shift for i in x], [r.get(key) or 0 for r in rows], width=0.27, label=label)
-    top.set_yscale("log")
-    top.set_ylabel("TFLOP/s")
-    top.set_title("Dense BF16 NT GEMM (x @ W.T)")
-    top.legend()
-    for key, label, shift in (("x_aten", "vs ATen", -0.27), ("x_triton", "vs Triton", 0.0),
-                              ("x_best", "vs the faster", 0.27)):
-        bottom.bar([i + shift for i in x], [r.get(key) or 0 for r in rows], width=0.27, label=label)
-    bottom.axhline(1.0, color="black", linewidth=0.8)
-    bottom.set_ylabel("FlyDSL speedup")
-    g = geomean(r.get("x_best") for r in rows)
-    bottom.set_title("FlyDSL speedup" + (f" (geomean vs the faster: {g:.2f}x)" if g else ""))
-    bottom.set_xticks(list(x), [f"{r['M']}x{r['N']}x{r['K']}" for r in rows], rotation=45, ha="right")
-    bottom.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    """FlyDSL's speedups per shape (``plots.plot_speedups``) against each column timed and
+    against the faster of ATen and Triton per shape."""
+    def faster(r: dict):
+        theirs = [r[c] for c in ("aten_ms", "triton_ms") if r.get(c)]
+        return min(theirs) if theirs else None
+
+    best = Baseline("best", "the faster of ATen and Triton", "best_ms")
+    rows = [{**r, "best_ms": faster(r)} for r in rows]
+    return plot_speedups(path, BENCH.title, rows, present(rows, [*BENCH.baselines(True, True), best]), BENCH.label)
 
 
 def plan(shapes, args) -> str:

@@ -5,6 +5,10 @@ A speedup is the baseline's time over FlyDSL's (above 1: FlyDSL is faster). A sh
 when its speedup is within ``TIE_BAND`` of 1 (``|speedup - 1| <= 0.01``), a win above that band
 and a loss below it. Shapes where either time is missing count for neither the geometric mean
 nor the tally.
+
+Every speedup the reports print, the plot's legend included, goes through ``speedup_text``
+(three decimals: a 0.995x geomean prints as 0.995x, not 1.00x), and the plot's
+wins/ties/losses through ``Comparison.tally`` (``summary.md``'s order).
 """
 
 from __future__ import annotations
@@ -55,10 +59,14 @@ class Comparison:
     ties: int
     losses: int
 
+    def tally(self) -> str:
+        """``wins/ties/losses``, as the summary and the plot print them."""
+        return f"{self.wins}/{self.ties}/{self.losses}"
+
     def line(self) -> str:
         if not self.shapes:
             return f"vs {self.baseline.label}: n/a (no shape has both times)"
-        return (f"vs {self.baseline.label}: geomean {self.geomean:.3f}x over {self.shapes} shapes, "
+        return (f"vs {self.baseline.label}: geomean {speedup_text(self.geomean)} over {self.shapes} shapes, "
                 f"{self.wins} wins, {self.ties} ties, {self.losses} losses (ties within +-{TIE_BAND:.0%})")
 
 
@@ -73,7 +81,8 @@ def _ms(v) -> str:
     return "" if v is None or v == "" else f"{v:.4g}"
 
 
-def _x(v) -> str:
+def speedup_text(v: Optional[float]) -> str:
+    """A speedup as every report prints it: three decimals and an x (``0.995x``); empty for None."""
     return "" if v is None else f"{v:.3f}x"
 
 
@@ -87,7 +96,7 @@ def _md_table(headers: list, body: list) -> list[str]:
 
 
 def summary_table(comparisons: list[Comparison]) -> list[str]:
-    body = [(c.baseline.label, c.shapes, _x(c.geomean), c.wins, c.ties, c.losses) for c in comparisons]
+    body = [(c.baseline.label, c.shapes, speedup_text(c.geomean), c.wins, c.ties, c.losses) for c in comparisons]
     return _md_table(["FlyDSL vs", "shapes", "geomean speedup", "wins", "ties", "losses"], body)
 
 
@@ -104,7 +113,8 @@ def markdown(title: str, rows: list, baselines: list[Baseline], label: Callable[
     body = []
     for i, r in enumerate(rows, 1):
         body.append((i, label(r), _ms(r.get(FLYDSL_MS)), *([] if config_column is None else [r.get(config_column)]),
-                     *(_ms(r.get(b.column)) for b in baselines), *(_x(speedup(r, b.column, b.ours)) for b in baselines),
+                     *(_ms(r.get(b.column)) for b in baselines),
+                     *(speedup_text(speedup(r, b.column, b.ours)) for b in baselines),
                      r.get("note") or ""))
     lines += _md_table(headers, body)
     return "\n".join(lines) + "\n"

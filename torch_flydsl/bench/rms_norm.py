@@ -29,7 +29,7 @@ import torch
 
 from ..templates.base import Decline
 from . import baselines
-from .plots import matplotlib_pyplot
+from .plots import plot_speedups, present
 from .report import Baseline, geomean
 from .shapes import Field
 from .suite import Suite, plan_keys
@@ -101,19 +101,8 @@ def bench_case(dtype: str, rows: int, n: int, iters: int, flush, warmup: int = 1
 
 
 def plot(results: list, path: Path) -> bool:
-    plt = matplotlib_pyplot()
-    if plt is None or not results:
-        return False
-    fig, ax = plt.subplots(figsize=(10, 4))
-    labels = [f"{r['dtype']} {r['rows']}x{r['n']}" for r in results]
-    ax.bar(range(len(results)), [r["speedup"] for r in results])
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks(range(len(results)), labels, rotation=90, fontsize=6)
-    ax.set_ylabel("PyTorch time / FlyDSL time")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
+    """FlyDSL's speedups per case (``plots.plot_speedups``) against each column timed."""
+    return plot_speedups(path, BENCH.title, results, present(results, BENCH.baselines(True, True)), BENCH.label)
 
 
 def measure(cases: Iterable[tuple[str, int, int]], args) -> tuple[list, list]:

@@ -57,7 +57,7 @@ import torch
 from ..registry import family_for
 from ..templates.scaled_gemm.family import DTYPES
 from . import baselines, vllm_columns
-from .plots import matplotlib_pyplot
+from .plots import plot_speedups, present
 from .report import Baseline, geomean
 from .shapes import Field
 from .suite import Suite, plan_keys
@@ -300,25 +300,9 @@ COLUMNS = ["format", "M", "N", "K", "flydsl_config", "flydsl_ms", "flydsl_tflops
 
 
 def plot(path: Path, rows: list, formats) -> bool:
-    plt = matplotlib_pyplot()
-    if plt is None:
-        return False
-    fig, axes = plt.subplots(len(formats), 1, figsize=(14, 4.5 * len(formats)), squeeze=False)
-    for ax, fmt in zip(axes[:, 0], formats):
-        mine = [r for r in rows if r["format"] == fmt]
-        x = range(len(mine))
-        for key, label, shift in (("flydsl_tflops", "FlyDSL (best curated)", -0.2), ("aten_tflops", "ATen", 0.2)):
-            ax.bar([i + shift for i in x], [r.get(key) or 0 for r in mine], width=0.4, label=label)
-        ax.set_xticks(list(x), [f"{r['M']}x{r['N']}x{r['K']}" for r in mine], rotation=45, ha="right")
-        ax.set_yscale("log")
-        ax.set_ylabel("TFLOP/s")
-        g = geomean(r.get("speedup") for r in mine)
-        ax.set_title(f"{fmt}: FlyDSL vs torch._scaled_mm" + (f" (geomean speedup {g:.2f}x)" if g else ""))
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    """FlyDSL's speedups per shape of ``formats`` (``plots.plot_speedups``) against each column timed."""
+    rows = [r for fmt in formats for r in rows if r["format"] == fmt]
+    return plot_speedups(path, BENCH.title, rows, present(rows, BENCH.baselines(True, True)), BENCH.label)
 
 
 def measure(shapes, args) -> tuple[list, list]:

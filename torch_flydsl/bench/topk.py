@@ -28,7 +28,7 @@ import torch
 
 from ..templates.base import Decline
 from . import baselines
-from .plots import matplotlib_pyplot
+from .plots import plot_speedups, present
 from .report import Baseline, geomean
 from .shapes import Field
 from .suite import Suite, plan_keys
@@ -125,19 +125,8 @@ def bench_shape(name, rows, n, k, largest, args) -> dict:
 
 
 def plot(path: Path, rows: list) -> bool:
-    plt = matplotlib_pyplot()
-    if plt is None:
-        return False
-    fig, ax = plt.subplots(figsize=(12, 4))
-    labels = [f"{r['dtype']} {r['rows']}x{r['N']} k{r['k']}" for r in rows]
-    ax.bar(range(len(rows)), [r.get("speedup") or 0 for r in rows])
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks(range(len(rows)), labels, rotation=90, fontsize=6)
-    ax.set_ylabel("speedup over torch.topk")
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return True
+    """FlyDSL's speedups per shape (``plots.plot_speedups``) against each column timed."""
+    return plot_speedups(path, BENCH.title, rows, present(rows, BENCH.baselines(True, True)), BENCH.label)
 
 
 def measure(shapes, args) -> tuple[list, list]:
