@@ -247,6 +247,18 @@ def done_when_problems(r: ConfigReport) -> list[str]:
     return p
 
 
+def curated_goldens(dump_dir: Path, family: str = "dense") -> str:
+    """JSON of every curated config of ``family`` (bf16, nt): its golden line, its checks' problems
+    and whether it runs a steady state (what the schedule golden tests record)."""
+    if family == "grouped":
+        from torch_flydsl.templates.grouped_gemm.config import search_space
+    else:
+        from torch_flydsl.templates.dense_gemm.config import search_space
+    reports = collect(search_space("curated"), ("nt",), torch.bfloat16, Path(dump_dir), family)
+    return json.dumps([{"config": r.key, "line": golden_line(r), "problems": done_when_problems(r),
+                        "steady": runs_steady_state(r.cfg, family)} for r in reports])
+
+
 # -- printing --------------------------------------------------------------------------------------
 
 

@@ -131,6 +131,24 @@ def test_every_curated_config(cfg):
     assert rep.ok, rep
 
 
+# Issue 20: the curated configs whose stages rose past 2 (no vmcnt(0) drain in the steady loop).
+NO_DRAIN = ("grp_m128n128k32_w2x2_s4_g0", "grp_m16n64k128_w1x4_s3_g0", "grp_m128n256k64_w2x4_s3_g0",
+            "grp_m256n128k64_w4x2_s3_g0")
+
+
+@pytest.mark.parametrize("key, b_major", list(zip(NO_DRAIN, ("col", "row", "col", "row"))), ids=NO_DRAIN)
+def test_steady_loop_with_ragged_and_empty_groups_tails_strides_offsets_and_tile_walks(key, b_major):
+    """stages + 2 K tiles (prologue, steady iterations, drain), groups with tails, an empty one
+    between and one at the end, rows of no group, padded strides, storage offsets, and two
+    workgroups each walking several tiles over group boundaries."""
+    cfg = GroupedGemmConfig.from_key(key)
+    assert cfg in CURATED and cfg.stages >= 3
+    sizes = [cfg.block_m + 3, 0, cfg.block_m // 2 + 1, 0]
+    rep = emulate_grouped(cfg, sizes, n=cfg.block_n + 8, k=(cfg.stages + 2) * cfg.block_k, b_major=b_major,
+                          spare_rows=2, pad=8, offset=8, seed=cfg.block_n, workgroups=2)
+    assert rep.ok, rep
+
+
 def test_nan_and_inf_land_in_their_own_group_rows():
     from torch_flydsl.templates.grouped_gemm import run_emulated
 

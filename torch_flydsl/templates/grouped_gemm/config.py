@@ -17,7 +17,7 @@ from ..dense_gemm.config import SUPPORTED_DTYPES, DenseGemmConfig
 from .problem import GroupedGemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
-KERNEL_VERSION = "grouped_gemm-4"
+KERNEL_VERSION = "grouped_gemm-5"
 KEY_PREFIX = "grp_"
 
 
@@ -44,19 +44,26 @@ class GroupedGemmConfig(DenseGemmConfig):
         return p
 
 
-BASELINE = GroupedGemmConfig(128, 128, 64, 2, 2, 2, 0)
+BASELINE = GroupedGemmConfig(128, 128, 32, 2, 2, 4, 0)
 
 # MoE groups are small (tokens / experts, often tens of rows): narrow-M tiles waste less of
-# each group's last tile; wide N keeps B reads long.
+# each group's last tile; wide N keeps B reads long. Every tile runs the GEMM toolkit's main
+# loop as the dense kernel does, whose steady state waits with ``(stages - 2)`` tiles' DMAs
+# still in flight: with 2 stages that is ``vmcnt(0)``, a drain every K tile. So, as the dense
+# family's curated list: every config keeps >= 2 tiles' DMAs in flight across its barrier
+# (stages >= 3; where LDS is tight, block_k 32 with 4 stages instead of 64 with 2) and >= 2
+# waves per SIMD (LDS <= 80 KiB for 4-wave workgroups, two per CU; 8-wave workgroups
+# otherwise). ``benchmarks/isa_report.py --family grouped`` shows the resulting main loops,
+# test/templates/test_grouped_gemm_schedule.py records them.
 CURATED = (
     BASELINE,
-    GroupedGemmConfig(16, 128, 128, 1, 4, 2, 0),
+    GroupedGemmConfig(16, 64, 128, 1, 4, 3, 0),
     GroupedGemmConfig(32, 128, 64, 1, 4, 3, 0),
     GroupedGemmConfig(64, 64, 64, 2, 2, 3, 0),
     GroupedGemmConfig(64, 128, 64, 2, 2, 3, 0),
     GroupedGemmConfig(128, 64, 64, 2, 2, 3, 0),
-    GroupedGemmConfig(128, 256, 64, 2, 4, 2, 0),
-    GroupedGemmConfig(256, 128, 64, 4, 2, 2, 0),
+    GroupedGemmConfig(128, 256, 64, 2, 4, 3, 0),
+    GroupedGemmConfig(256, 128, 64, 4, 2, 3, 0),
 )
 
 # With autotuning off, one config per problem, by the mean rows per group.
