@@ -301,7 +301,7 @@ def write_outputs(suite, rows: list, config_rows: list, out_dir: Path, intree: b
 
 def summary_markdown(results: list, preamble=()) -> str:
     """``summary.md``: per op, the geomean speedup and win/tie/loss counts against each baseline."""
-    from .report import TIE_BAND, compare
+    from .report import TIE_BAND, compare, speedup_text
 
     lines = ["# torch_flydsl bench: summary", "", *preamble, *([""] if preamble else []),
              f"Geomean speedup (baseline time / FlyDSL time) and wins/ties/losses (ties within +-{TIE_BAND:.0%}) "
@@ -315,7 +315,7 @@ def summary_markdown(results: list, preamble=()) -> str:
         cells = {}
         for b in baselines:
             c = compare(rows, b)
-            cells[b.key] = f"{c.geomean:.3f}x ({c.wins}/{c.ties}/{c.losses})" if c.shapes else "n/a"
+            cells[b.key] = f"{speedup_text(c.geomean)} ({c.tally()})" if c.shapes else "n/a"
         lines.append(f"| {suite.op} | {len(rows)} | " + " | ".join(cells.get(k, "-") for k in keys)
                      + f" | [{suite.op}.md]({suite.op}.md) |")
     return "\n".join(lines) + "\n"
