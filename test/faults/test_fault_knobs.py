@@ -38,6 +38,8 @@ BAD_ELSEWHERE = {
     "TORCH_FLYDSL_RECORD_WINNERS": "test_winners::test_an_unwritable_winners_file_warns_at_exit_and_the_compile_succeeds",
     "TORCH_FLYDSL_COMPILE_TIMEOUT": "runtime/test_compile_isolation::test_a_bad_TORCH_FLYDSL_COMPILE_TIMEOUT_warns_once_and_uses_600_seconds",
     "TORCH_FLYDSL_VLLM": "integrations/test_vllm_hook::test_a_bad_TORCH_FLYDSL_VLLM_value_warns_once_and_installs_nothing",
+    "TORCH_FLYDSL_VLLM_MXFP4":
+        "integrations/test_vllm_mxfp4_linear::test_a_bad_TORCH_FLYDSL_VLLM_MXFP4_value_warns_once_and_keeps_vllms_kernel",
 }
 ALONE = "TORCH_FLYDSL_EXECUTOR"
 

@@ -347,3 +347,15 @@ def test_reference_standin_plumbing_a_bug_of_ours_at_call_time_warns_once_and_vl
     assert len(env.vllm_calls) == 2
     assert torch.equal(outs[0], mxfp4_product(x, *original(layer)).to(torch.bfloat16))
     assert len([r for r in caplog.records if "planted bug" in r.getMessage()]) == 1
+
+
+def test_a_bad_TORCH_FLYDSL_VLLM_MXFP4_value_warns_once_and_keeps_vllms_kernel(seam, env, tmp_path, caplog):
+    import logging
+
+    reroute_on(env, tmp_path, "reference-standin", opt_in=False)
+    env.setenv("TORCH_FLYDSL_VLLM_MXFP4", "perhaps")
+    with caplog.at_level(logging.WARNING, logger="torch_flydsl"):
+        kernels = [loaded_kernel(mxfp4_layer()) for _ in range(2)]
+    said = [r.getMessage() for r in caplog.records if "TORCH_FLYDSL_VLLM_MXFP4=" in r.getMessage()]
+    assert len(said) == 1 and "'perhaps'" in said[0] and said[0].endswith("using the default 0"), caplog.text
+    assert [type(k).__name__ for k in kernels] == ["AiterMxfp4LinearKernel"] * 2
