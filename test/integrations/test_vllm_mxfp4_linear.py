@@ -359,3 +359,18 @@ def test_a_bad_TORCH_FLYDSL_VLLM_MXFP4_value_warns_once_and_keeps_vllms_kernel(s
     said = [r.getMessage() for r in caplog.records if "TORCH_FLYDSL_VLLM_MXFP4=" in r.getMessage()]
     assert len(said) == 1 and "'perhaps'" in said[0] and said[0].endswith("using the default 0"), caplog.text
     assert [type(k).__name__ for k in kernels] == ["AiterMxfp4LinearKernel"] * 2
+
+
+@pytest.mark.parametrize("where", ["deciding the route", "keeping the weights"])
+def test_reference_standin_plumbing_an_error_at_load_keeps_the_layer_on_vllms_kernel(seam, env, tmp_path, where):
+    reroute_on(env, tmp_path, "reference-standin", (M, False))
+
+    def broken(*args):
+        raise RuntimeError("stand-in failure")
+
+    env.setattr(vllm_mxfp4, "routable" if where == "deciding the route" else "_keep", broken)
+    layer = mxfp4_layer()
+    kernel = loaded_kernel(layer)  # the load itself must not fail
+    assert type(kernel).__name__ == "FlyDSLAiterMxfp4LinearKernel" and not hasattr(layer, vllm_mxfp4.ROUTE_ATTR)
+    kernel.apply_weights(layer, activations()[0], None)
+    assert env.vllm_calls == [((M, K), (N, K // 2), (K // 32, N))]

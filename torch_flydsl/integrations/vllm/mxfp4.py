@@ -224,7 +224,10 @@ def _kernel_class(base: type) -> type:
                 why = f"{type(e).__name__}: {e}"
             super().process_weights_after_loading(layer)
             if why is None:
-                _keep(layer, self, weight, scale)
+                try:
+                    _keep(layer, self, weight, scale)
+                except Exception as e:  # noqa: BLE001 - the layer stays on vLLM's kernel, the load goes on
+                    why = f"{type(e).__name__}: {e}"
             _say(logging.DEBUG, ("mxfp4 layer", tuple(weight.shape), why), "%s [N, K/2]=%s: %s", type(self).__name__,
                  list(weight.shape), "FlyDSL for the M the table names" if why is None else f"vLLM's kernel: {why}")
 
