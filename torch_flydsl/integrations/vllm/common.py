@@ -124,6 +124,19 @@ def guarded_serve(what: str, serve: Callable, *args) -> tuple:
         return None, said
 
 
+def serve_or_miss(what: str, serve: Callable, args: tuple, miss: Callable, where: Callable[[], str]):
+    """A re-route's call: ``serve(*args)`` through ``guarded_serve``, and ``miss()`` (vLLM's own
+    kernel on the same call) when it did not serve; each outcome is logged once per ``where()``
+    (the call's shape, built only when debug logging is on) at debug. Returns what served it:
+    serve's output, or miss()'s."""
+    out, said = guarded_serve(what, serve, *args)
+    if log.isEnabledFor(logging.DEBUG):
+        at = where()
+        _say(logging.DEBUG, (what, at, said), "%s %s: %s", what, at,
+             ("FlyDSL " if out is not None else "vLLM's kernel: ") + said)
+    return miss() if out is None else out
+
+
 def _caused_by_compile(e: BaseException) -> bool:
     return type(e.__cause__).__name__ == "CompileError"
 

@@ -43,13 +43,12 @@ alone. A vLLM without these names gets a warning and its own MoE kernels.
 from __future__ import annotations
 
 import functools
-import logging
 import sys
 import threading
 from typing import Any, Optional
 
 from ..._log import log
-from .common import _say, arm, armed, batch_invariant, enabled, guarded_serve, require_seam, sort_routed_rows
+from .common import arm, armed, batch_invariant, enabled, require_seam, serve_or_miss, sort_routed_rows
 
 METHOD_MODULE = "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method"
 TRITON_MODULE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
@@ -146,19 +145,19 @@ def _experts_class(base: type) -> type:
         def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts,
                   expert_map, a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta,
                   apply_router_weight_on_input):
-            served, said = guarded_serve(WHAT, serve, self, output, hidden_states, w1, w2, topk_weights, topk_ids,
-                                         activation, expert_map, apply_router_weight_on_input, workspace13,
-                                         workspace2)
-            if log.isEnabledFor(logging.DEBUG):
-                where = (f"tokens={hidden_states.shape[0]} top-k={topk_ids.shape[-1]} experts={w1.shape[0]} "
-                         f"N={w1.shape[1]} K={w1.shape[2]} I={w2.shape[2]}")
-                _say(logging.DEBUG, (WHAT, where, said), "%s %s: %s", WHAT, where,
-                     ("FlyDSL " if served is not None else "vLLM's kernel: ") + said)
-            if served is None:
-                return super().apply(output, hidden_states, w1, w2, topk_weights, topk_ids, activation,
-                                     global_num_experts, expert_map, a1q_scale, a2_scale, workspace13, workspace2,
-                                     expert_tokens_meta, apply_router_weight_on_input)
-            return None
+            def where() -> str:
+                return (f"tokens={hidden_states.shape[0]} top-k={topk_ids.shape[-1]} experts={w1.shape[0]} "
+                        f"N={w1.shape[1]} K={w1.shape[2]} I={w2.shape[2]}")
+
+            def miss():
+                return base.apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation,
+                                  global_num_experts, expert_map, a1q_scale, a2_scale, workspace13, workspace2,
+                                  expert_tokens_meta, apply_router_weight_on_input)
+
+            served = serve_or_miss(WHAT, serve, (self, output, hidden_states, w1, w2, topk_weights, topk_ids,
+                                                 activation, expert_map, apply_router_weight_on_input, workspace13,
+                                                 workspace2), miss, where)
+            return None if served is True else served
 
     FlyDSLTritonExperts.__module__ = __name__
     return FlyDSLTritonExperts

@@ -92,7 +92,7 @@ import threading
 from typing import Any, Optional
 
 from ..._log import log
-from .common import _say, arm, armed, batch_invariant, enabled, guarded_serve, require_seam, sort_routed_rows
+from .common import _say, arm, armed, batch_invariant, enabled, require_seam, serve_or_miss, sort_routed_rows
 
 ORACLE_MODULE = "vllm.model_executor.layers.fused_moe.oracle.mxfp8"
 NATIVE_MODULE = "vllm.model_executor.layers.fused_moe.experts.mxfp8_native_moe"
@@ -211,18 +211,18 @@ def _experts_class(base: type) -> type:
         def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts,
                   expert_map, a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta,
                   apply_router_weight_on_input):
-            served, said = guarded_serve(WHAT, serve, self, output, hidden_states, w1, w2, topk_weights, topk_ids,
-                                         activation, expert_map, apply_router_weight_on_input)
-            if log.isEnabledFor(logging.DEBUG):
-                where = (f"tokens={hidden_states.shape[0]} top-k={topk_ids.shape[-1]} experts={w1.shape[0]} "
-                         f"N={w1.shape[1]} K={w1.shape[-1]} I={w2.shape[-1]}")
-                _say(logging.DEBUG, (WHAT, where, said), "%s %s: %s", WHAT, where,
-                     ("FlyDSL " if served is not None else "vLLM's kernel: ") + said)
-            if served is None:
-                return super().apply(output, hidden_states, w1, w2, topk_weights, topk_ids, activation,
-                                     global_num_experts, expert_map, a1q_scale, a2_scale, workspace13, workspace2,
-                                     expert_tokens_meta, apply_router_weight_on_input)
-            return None
+            def where() -> str:
+                return (f"tokens={hidden_states.shape[0]} top-k={topk_ids.shape[-1]} experts={w1.shape[0]} "
+                        f"N={w1.shape[1]} K={w1.shape[-1]} I={w2.shape[-1]}")
+
+            def miss():
+                return base.apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation,
+                                  global_num_experts, expert_map, a1q_scale, a2_scale, workspace13, workspace2,
+                                  expert_tokens_meta, apply_router_weight_on_input)
+
+            served = serve_or_miss(WHAT, serve, (self, output, hidden_states, w1, w2, topk_weights, topk_ids,
+                                                 activation, expert_map, apply_router_weight_on_input), miss, where)
+            return None if served is True else served
 
     FlyDSLMxfp8NativeTritonExperts.__module__ = __name__
     return FlyDSLMxfp8NativeTritonExperts

@@ -5,11 +5,9 @@ opaque op, which looks the call's M up in the dispatch table and runs the scaled
 from __future__ import annotations
 
 import functools
-import logging
 from typing import Callable, Optional
 
-from ..._log import log
-from .common import _say, batch_invariant, guarded_serve
+from .common import batch_invariant, serve_or_miss
 
 # The element dtype each dispatch-table MX format's ``[N, K_bytes]`` weight bytes are read as.
 _ELEMENT = {"mxfp8": "float8_e4m3fn", "mxfp4": "float4_e2m1fn_x2"}
@@ -81,11 +79,9 @@ def serve(fmt: str, quantize: Callable, x, weight, weight_scale, bias):
 
 def run(op_name: str, fmt: str, quantize: Callable, miss: Callable, x, weight, weight_scale, bias):
     """The op's body: ``serve`` (a bug of ours becomes a miss and one warning), else ``miss()``,
-    vLLM's own kernel on the same call. Each outcome is logged once per shape at debug."""
-    out, said = guarded_serve(op_name, serve, fmt, quantize, x, weight, weight_scale, bias)
-    if log.isEnabledFor(logging.DEBUG):
-        where = f"M={x.shape[0]} N={weight.shape[0]} K={x.shape[1]} {str(x.dtype).replace('torch.', '')} " \
-                f"bias={bias is not None}"
-        _say(logging.DEBUG, (op_name, where, said), "%s %s: %s", op_name, where,
-             ("FlyDSL " if out is not None else "vLLM's kernel: ") + said)
-    return miss() if out is None else out
+    vLLM's own kernel on the same call (``common.serve_or_miss``)."""
+    def where() -> str:
+        return f"M={x.shape[0]} N={weight.shape[0]} K={x.shape[1]} {str(x.dtype).replace('torch.', '')} " \
+               f"bias={bias is not None}"
+
+    return serve_or_miss(op_name, serve, (fmt, quantize, x, weight, weight_scale, bias), miss, where)
