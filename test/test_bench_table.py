@@ -284,6 +284,24 @@ def test_mxfp8_is_judged_as_the_hit_runs_it_vllms_quantizer_plus_flydsl_against_
     assert not fp4_untimed.entries and fp4_untimed.reason.startswith("no entry: vLLM's columns have no time")
 
 
+def scaled_row_with_exact_plumbing_standins(monkeypatch, fmt: str, untimed_ms: float) -> dict:
+    """``bench_shape`` of one ``fmt`` 32x64x256 row with vLLM columns on, FlyDSL and ATen stood in
+    by the float64 reference (1 ms each) and any other timed call taking ``untimed_ms``."""
+    from torch_flydsl.templates.scaled_gemm import reference
+
+    def exact(a, b, sa, sb, out):
+        call = lambda: reference(a, b, sa, sb).to(out.dtype)  # noqa: E731
+        call.ms = 1.0
+        return call
+
+    monkeypatch.setattr(smm, "flydsl_fn", lambda via, cfg, p, a, b, sa, sb, out: exact(a, b, sa, sb, out))
+    monkeypatch.setattr(smm, "aten_fn", lambda v, a, b, sa, sb, out: exact(a, b, sa, sb, out))
+    monkeypatch.setattr(smm, "time_ms", lambda fn, warmup, iters, flush=None: getattr(fn, "ms", untimed_ms))
+    args = SimpleNamespace(via="launcher", aten="v1", warmup=0, iters=1, no_check=False, breadth="baseline",
+                           vllm=True)
+    return smm.bench_shape(fmt, 32, 64, 256, args, None, [], torch.device("cpu"))
+
+
 def test_the_scaled_bench_times_vllms_columns_with_plumbing_standins(monkeypatch):
     from torch_flydsl.bench import vllm_columns
     from torch_flydsl.templates.scaled_gemm import reference
@@ -304,19 +322,9 @@ def test_the_scaled_bench_times_vllms_columns_with_plumbing_standins(monkeypatch
         call.ms = 3.0
         return call
 
-    def exact(a, b, sa, sb, out):
-        call = lambda: reference(a, b, sa, sb).to(out.dtype)  # noqa: E731
-        call.ms = 1.0
-        return call
-
-    monkeypatch.setattr(smm, "flydsl_fn", lambda via, cfg, p, a, b, sa, sb, out: exact(a, b, sa, sb, out))
-    monkeypatch.setattr(smm, "aten_fn", lambda v, a, b, sa, sb, out: exact(a, b, sa, sb, out))
-    monkeypatch.setattr(smm, "time_ms", lambda fn, warmup, iters, flush=None: getattr(fn, "ms", 0.5))
     monkeypatch.setattr(vllm_columns, "mxfp8_quantize", lambda: quantize_plumbing_standin)
     monkeypatch.setattr(vllm_columns, "mxfp8_fn", mxfp8_linear_plumbing_standin)
-    args = SimpleNamespace(via="launcher", aten="v1", warmup=0, iters=1, no_check=False, breadth="baseline",
-                           vllm=True)
-    row = smm.bench_shape("mxfp8", 32, 64, 256, args, None, [], torch.device("cpu"))
+    row = scaled_row_with_exact_plumbing_standins(monkeypatch, "mxfp8", untimed_ms=0.5)
     assert (row["vllm_ms"], row["vllm_quant_ms"], row["flydsl_hit_ms"]) == (3.0, 0.5, 1.5)
     assert 0 < row["vllm_err"] < smm.ERROR_LIMIT and row["note"] == ""
     vs = smm.BENCH.vllm
@@ -346,19 +354,9 @@ def test_the_scaled_bench_times_vllms_mxfp4_columns_with_plumbing_standins(monke
         call.ms = 3.0
         return call
 
-    def exact(a, b, sa, sb, out):
-        call = lambda: reference(a, b, sa, sb).to(out.dtype)  # noqa: E731
-        call.ms = 1.0
-        return call
-
-    monkeypatch.setattr(smm, "flydsl_fn", lambda via, cfg, p, a, b, sa, sb, out: exact(a, b, sa, sb, out))
-    monkeypatch.setattr(smm, "aten_fn", lambda v, a, b, sa, sb, out: exact(a, b, sa, sb, out))
-    monkeypatch.setattr(smm, "time_ms", lambda fn, warmup, iters, flush=None: getattr(fn, "ms", 0.25))
     monkeypatch.setattr(vllm_columns, "mxfp4_quantize", lambda: mxfp4_quantize)
     monkeypatch.setattr(vllm_columns, "mxfp4_fn", mxfp4_linear_plumbing_standin)
-    args = SimpleNamespace(via="launcher", aten="v1", warmup=0, iters=1, no_check=False, breadth="baseline",
-                           vllm=True)
-    row = smm.bench_shape("mxfp4", 32, 64, 256, args, None, [], torch.device("cpu"))
+    row = scaled_row_with_exact_plumbing_standins(monkeypatch, "mxfp4", untimed_ms=0.25)
     assert seen == [(torch.uint8, (64, 128), (64, 8))]  # packed E2M1 [N, K/2], E8M0 [N, K/32]
     assert (row["vllm_ms"], row["vllm_quant_ms"], row["flydsl_hit_ms"]) == (3.0, 0.25, 1.25)
     assert 0 < row["vllm_err"] < smm.ERROR_LIMIT and row["note"] == ""
