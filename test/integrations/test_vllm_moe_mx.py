@@ -24,7 +24,6 @@ float64 product: within 2^-7 (one bf16 rounding, at most 2^-8, and fp32 accumula
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import types
@@ -39,7 +38,7 @@ from torch_flydsl.integrations import vllm as hook
 from torch_flydsl.integrations.vllm import common
 from torch_flydsl.integrations.vllm import moe_mx
 
-from vllmkit import module_seam
+from vllmkit import gfx950_platform, module_seam
 
 CFG = "mxgrp_m32n64k256_w1x2_s3_g0"  # explain scaled_grouped_mm 16 512 256 --groups 4 (baseline; and 16 256 256)
 T, TOP_K, E, H, I = 8, 2, 4, 256, 256  # tokens, experts per token, experts, hidden, intermediate
@@ -126,24 +125,6 @@ def reroute_on(env, tmp_path, executor: str, rows=ROWS, config=CFG):
     torch_flydsl_boot.vllm_register()
     oracle()
     assert moe_mx.installed(), common.install_error
-
-
-@contextlib.contextmanager
-def gfx950_platform():
-    """vLLM's current platform answering as a ROCm gfx950 (kernel selection only)."""
-    from vllm.platforms import PlatformEnum, current_platform
-
-    names = ("_enum", "is_rocm", "supports_mx")
-    saved = {k: current_platform.__dict__[k] for k in names if k in current_platform.__dict__}
-    current_platform._enum = PlatformEnum.ROCM
-    current_platform.is_rocm = lambda: True
-    current_platform.supports_mx = lambda: True
-    try:
-        yield
-    finally:
-        for k in names:
-            current_platform.__dict__.pop(k, None)
-        current_platform.__dict__.update(saved)
 
 
 def activation(name: str = "SILU"):

@@ -13,7 +13,6 @@ Triton path under it). Plumbing tests run the scaled family's float64 reference
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from torch_flydsl.integrations.vllm import common
 from torch_flydsl.integrations.vllm import mx as vllm_mx
 from torch_flydsl.integrations.vllm import mx_linear
 
-from vllmkit import module_seam, traced, write_table
+from vllmkit import gfx950_platform, module_seam, traced, write_table
 
 CFG = "mx_m32n64k256_w1x2_s3_g0"  # explain scaled_mm 32 64 256 --dtype mxfp8 (baseline)
 M, N, K = 32, 64, 256
@@ -93,23 +92,6 @@ def mx_product(x, w, w_scale):
 def table_file(path: Path, *entries) -> str:
     """A dispatch table naming (scaled_mm, mxfp8, N, K, CFG) for each (m, bias) of ``entries``."""
     return write_table(path, "scaled_mm", "mxfp8", N, K, CFG, entries)
-
-
-@contextlib.contextmanager
-def gfx950_platform():
-    """vLLM's current platform answering as a ROCm gfx950 (kernel selection only)."""
-    from vllm.platforms import PlatformEnum, current_platform
-
-    saved = {k: current_platform.__dict__[k] for k in ("_enum", "is_rocm", "supports_mx") if k in current_platform.__dict__}
-    current_platform._enum = PlatformEnum.ROCM
-    current_platform.is_rocm = lambda: True
-    current_platform.supports_mx = lambda: True
-    try:
-        yield
-    finally:
-        for k in ("_enum", "is_rocm", "supports_mx"):
-            current_platform.__dict__.pop(k, None)
-        current_platform.__dict__.update(saved)
 
 
 def rocm_kernel_names() -> list:

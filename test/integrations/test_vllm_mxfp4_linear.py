@@ -28,7 +28,7 @@ from torch_flydsl.integrations.vllm import mxfp4 as vllm_mxfp4
 from torch_flydsl.templates.scaled_gemm.quantize import mxfp4_quantize
 from torch_flydsl.templates.scaled_gemm.reference import e2m1_values
 
-from vllmkit import module_seam, traced, write_table
+from vllmkit import gfx950_platform, module_seam, traced, write_table
 
 CFG = "mx_m32n64k256_w1x2_s3_g0"  # explain scaled_mm 32 64 256 --dtype mxfp4 (baseline)
 M, N, K = 32, 64, 256
@@ -99,24 +99,17 @@ def mxfp4_product(x, w, w_scale):
 def gfx950_with_aiter():
     """vLLM's current platform answering as a ROCm gfx950 with AITER (kernel selection only)."""
     import vllm._aiter_ops as aiter_ops
-    from vllm.platforms import PlatformEnum, current_platform
 
-    saved = {k: current_platform.__dict__[k] for k in ("_enum", "is_rocm", "supports_mx") if k in current_platform.__dict__}
     found = aiter_ops.is_aiter_found_and_supported
     asm = aiter_ops.rocm_aiter_ops.__dict__["is_asm_fp4_gemm_supported"]
     aiter_ops.rocm_aiter_ops.is_asm_fp4_gemm_supported = staticmethod(lambda: False)  # AITER's Triton GEMM path
-    current_platform._enum = PlatformEnum.ROCM
-    current_platform.is_rocm = lambda: True
-    current_platform.supports_mx = lambda: True
     aiter_ops.is_aiter_found_and_supported = lambda: True
     try:
-        yield
+        with gfx950_platform():
+            yield
     finally:
         aiter_ops.is_aiter_found_and_supported = found
         aiter_ops.rocm_aiter_ops.is_asm_fp4_gemm_supported = asm
-        for k in ("_enum", "is_rocm", "supports_mx"):
-            current_platform.__dict__.pop(k, None)
-        current_platform.__dict__.update(saved)
 
 
 def linear_module():

@@ -9,6 +9,7 @@ the same tests against vLLM 0.33.0.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 import textwrap
@@ -306,6 +307,24 @@ def write_standin(root: Path) -> Path:
     return root
 
 
+
+
+@contextlib.contextmanager
+def gfx950_platform():
+    """vLLM's current platform answering as a ROCm gfx950 (kernel selection only)."""
+    from vllm.platforms import PlatformEnum, current_platform
+
+    names = ("_enum", "is_rocm", "supports_mx")
+    saved = {k: current_platform.__dict__[k] for k in names if k in current_platform.__dict__}
+    current_platform._enum = PlatformEnum.ROCM
+    current_platform.is_rocm = lambda: True
+    current_platform.supports_mx = lambda: True
+    try:
+        yield
+    finally:
+        for k in names:
+            current_platform.__dict__.pop(k, None)
+        current_platform.__dict__.update(saved)
 
 
 def traced(fn, *args):
