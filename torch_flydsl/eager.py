@@ -257,3 +257,39 @@ def _run(family, override, call, cfg, problem) -> Optional[Any]:
     if log.isEnabledFor(DEBUG):
         log.debug("aten.%s: FlyDSL %s", override.target, cfg.key())
     return out
+
+
+def _override(target: str):
+    from .registry import families
+
+    return next(((f, o) for f in families() for o in f.eager_overrides if o.target == target), (None, None))
+
+
+def serve(target: str, args: tuple, kwargs: Optional[dict] = None) -> Optional[Any]:
+    """For an integration that picks per call between the plugin and its own code (e.g.
+    ``integrations.transformers``): a call of ``aten.<target>`` taken below autograd exactly as
+    the registered override takes it (device and coexistence rules, the family's eligibility,
+    the launch and its fallbacks): the plugin's output, or None where PyTorch's kernel would
+    serve it (the reason logged at debug). ``disabled()`` is the caller's to honour."""
+    family, override = _override(target)
+    return None if family is None else _take(family, override, args, kwargs or {})
+
+
+def decline(target: str, args: tuple, kwargs: Optional[dict] = None) -> Optional[str]:
+    """Why a dispatched call of ``aten.<target>`` with these arguments would run PyTorch's
+    kernel (None: the plugin's would take it), decided as ``serve`` decides but running nothing
+    (the family allocates its outputs to decide; they are dropped)."""
+    global Decline
+    family, override = _override(target)
+    if family is None:
+        return f"aten.{target} has no eager override"
+    if Decline is None:
+        from .templates.base import Decline
+    why = _device_gate(override, args, kwargs or {})
+    if why is not None:
+        return why
+    try:
+        taken = family.eager_call(override.target, args, kwargs or {})
+    except Exception as e:  # as in _take: a bug of ours leaves the call to PyTorch's kernel
+        return f"{type(e).__name__}: {e}"
+    return str(taken) if isinstance(taken, Decline) else None
