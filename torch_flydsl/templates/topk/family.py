@@ -129,7 +129,7 @@ class TopK(KernelFamily):
     def workgroups(self, cfg, problem) -> int:
         from .launcher import grid_for
 
-        return grid_for(problem)
+        return grid_for(problem, cfg)
 
 
 

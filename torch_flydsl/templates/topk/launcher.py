@@ -8,7 +8,7 @@ import torch
 
 from ...runtime import kernel_cache
 from ..base import Decline, TensorMeta
-from .config import TopKConfig, baseline_for
+from .config import REGISTER, TopKConfig, baseline_for
 from .eligibility import check_problem
 from .problem import TopKProblem
 
@@ -16,8 +16,14 @@ from .problem import TopKProblem
 GRID_CAP = 2048
 
 
-def grid_for(problem: TopKProblem) -> int:
-    return max(1, min(problem.rows, GRID_CAP))
+def rows_per_workgroup(cfg: Optional[TopKConfig]) -> int:
+    """Rows one workgroup takes at a time: one per wave for the register kernel, else one."""
+    return cfg.threads // 64 if cfg is not None and cfg.algorithm == REGISTER else 1
+
+
+def grid_for(problem: TopKProblem, cfg: Optional[TopKConfig] = None) -> int:
+    per = rows_per_workgroup(cfg)
+    return max(1, min(-(-problem.rows // per), GRID_CAP))
 
 
 def checked_problem(x: torch.Tensor, k: int, dim: int, largest: bool, sorted: bool) -> TopKProblem:
@@ -42,9 +48,23 @@ def shaped(x: torch.Tensor, dim: int, out: torch.Tensor) -> torch.Tensor:
 
 
 def kernel_spec(cfg: TopKConfig, problem: TopKProblem):
+    if cfg.algorithm == REGISTER:
+        from .register_kernel import RegisterSpec
+
+        return RegisterSpec(cfg, problem.dtype, problem.largest)
     from .kernel import KernelSpec
 
     return KernelSpec(cfg, problem.dtype, problem.largest, problem.sorted)
+
+
+def builder_for(cfg: TopKConfig):
+    if cfg.algorithm == REGISTER:
+        from .register_kernel import build as build_register
+
+        return build_register
+    from .kernel import build
+
+    return build
 
 
 def compile_args(cfg: TopKConfig, problem: TopKProblem, x: torch.Tensor, values: torch.Tensor,
@@ -53,16 +73,14 @@ def compile_args(cfg: TopKConfig, problem: TopKProblem, x: torch.Tensor, values:
     ``[rows, k]`` with unit-stride rows."""
     import flydsl.expr as fx
 
-    from .kernel import build
-
     span = (problem.rows - 1) * problem.row_stride + problem.n
     flat_x = x.as_strided((span,), (1,), x.storage_offset())
     flat_v = values.as_strided(((problem.rows - 1) * values.stride(0) + problem.k,), (1,), values.storage_offset())
     flat_i = indices.as_strided(((problem.rows - 1) * indices.stride(0) + problem.k,), (1,), indices.storage_offset())
     args = (flat_x, flat_v, flat_i, int(problem.rows), int(problem.n), int(problem.k), int(problem.row_stride),
-            int(values.stride(0)), int(indices.stride(0)), int(grid or grid_for(problem)),
+            int(values.stride(0)), int(indices.stride(0)), int(grid or grid_for(problem, cfg)),
             stream if stream is not None else fx.Stream(None))
-    return build(kernel_spec(cfg, problem)), args
+    return builder_for(cfg)(kernel_spec(cfg, problem)), args
 
 
 def launch(cfg, problem, x, values, indices, stream=None):

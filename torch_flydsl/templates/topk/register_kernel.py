@@ -1,0 +1,225 @@
+"""The register TopK kernel for gfx950 (small k): one wave64 per row, a sorted top-``k_pad`` list
+per lane in VGPRs, a butterfly merge across the wave, no LDS and no atomics.
+
+Per row ``x[r, 0:n]`` (unit stride, rows ``ldx`` elements apart); a workgroup of ``threads``
+(two waves) takes two rows, workgroups loop over rows with a grid stride:
+
+1. **Keys and order.** Each element maps to the 32-bit key of the radix path (``kernel.py``):
+   ``bits ^ (sign ? 0xFFFFFFFF : 0x80000000)`` of its fp32 value (fp16/bf16 widen exactly),
+   every NaN -> ``0xFFFFFFFF`` (one ordinal), inverted for ``largest=False``. A candidate is
+   the 64-bit ``key << 32 | (0xFFFFFFFF - index)``: its unsigned order is key descending, then
+   index ascending, a total order on a row's elements; padding is 0, below every element.
+2. **Streaming.** Each lane reads 16-byte chunks (4 fp32 or 8 fp16/bf16 elements; lane ``l``
+   of chunk ``c`` holds elements ``(c * 64 + l) * vec ...``), ``UNROLL`` chunks in flight per
+   loop step, through a buffer resource bounded at the row's end. A lane merges a chunk only
+   where one of its keys reaches the wave's threshold ``t`` (else the branch is skipped with
+   ``s_cbranch_execz`` when no lane of the wave needs it): ``t`` is the largest of the lanes'
+   ``k_pad``-th best keys (a butterfly max once per step), a lower bound of the row's k-th key,
+   so nothing skipped can belong to the result. A merge sorts the chunk in groups of
+   ``min(k_pad, vec)`` (bitonic network), then merges each group into the lane's sorted list:
+   ``d[i] = max(list[i], group[k_pad-1-i])`` is bitonic and holds the top ``k_pad``; a bitonic
+   merge sorts it.
+3. **Tail.** The last partial chunks (and rows shorter than a wave) are read masked: elements
+   past ``n`` have key 0 and an index past ``n``, so they rank below every element of the row.
+4. **Cross-lane merge.** Six butterfly steps (``shuffle xor`` 1, 2, ..., 32: ``ds_swizzle`` /
+   DPP / ``ds_bpermute`` as LLVM lowers them) merge each lane's list with its partner's the same
+   way; both partners compute the same list, so after step 6 every lane holds the row's sorted
+   top ``k_pad``.
+5. **Store.** Lane ``j < k`` writes pair ``j``: the value re-read from the row at its index (the
+   input's exact bits), the index as int64. Always sorted (``sorted=False`` allows any order).
+
+The result is a function of the input only (no atomics, no LDS, no order between waves): the
+same bits on every run, ties in index order, in and out of deterministic mode.
+"""
+
+# No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
+from dataclasses import dataclass
+
+import flydsl.compiler as flyc
+import flydsl.expr as fx
+import torch
+from flydsl.expr import const_expr, range_constexpr, rocdl
+
+from ...runtime.recipe import kernel_builder
+from .config import TopKConfig
+
+WAVE = 64
+UNROLL = 4  # 16-byte chunks in flight per lane per loop step
+_FX_DTYPE = {torch.float32: "Float32", torch.float16: "Float16", torch.bfloat16: "BFloat16"}
+_SHORT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+@dataclass(frozen=True)
+class RegisterSpec:
+    cfg: TopKConfig
+    dtype: torch.dtype
+    largest: bool
+
+    @property
+    def vec(self) -> int:
+        return 16 // self.dtype.itemsize
+
+    @property
+    def name(self) -> str:
+        order = "largest" if self.largest else "smallest"
+        return f"flydsl_topk_{_SHORT[self.dtype]}_{order}_{self.cfg.key()}"
+
+
+def _ce(a, b):
+    """Compare-exchange of two candidates: ``(larger, smaller)``."""
+    gt = a > b
+    return gt.select(a, b), gt.select(b, a)
+
+
+def sort_desc(v: list) -> list:
+    """Bitonic sort (descending) of a power-of-two list of candidates, unrolled."""
+    v = list(v)
+    m = len(v)
+    size = 2
+    while size <= m:
+        stride = size // 2
+        while stride >= 1:
+            for i in range(m):
+                j = i ^ stride
+                if j > i:
+                    hi, lo = _ce(v[i], v[j])
+                    desc = (i & size) == 0
+                    v[i], v[j] = (hi, lo) if desc else (lo, hi)
+            stride //= 2
+        size *= 2
+    return v
+
+
+def merge_sorted(a: list, b: list) -> list:
+    """The top ``len(a)`` of ``a`` (sorted descending, power-of-two length) and ``b`` (sorted
+    descending, no longer than ``a``), sorted descending."""
+    K = len(a)
+    d = list(a)
+    for i in range(K - len(b), K):
+        x, y = a[i], b[K - 1 - i]
+        d[i] = (x > y).select(x, y)
+    stride = K // 2
+    while stride >= 1:  # bitonic merge of the (V-shaped) bitonic sequence d
+        for i in range(K):
+            if i & stride == 0:
+                d[i], d[i + stride] = _ce(d[i], d[i + stride])
+        stride //= 2
+    return d
+
+
+@kernel_builder
+def build(spec: RegisterSpec):
+    """The ``@flyc.jit`` launcher for ``spec``; the radix kernel's signature:
+    ``launch(x, values, indices, rows, n, k, ldx, ldv, ldi, grid, stream)`` (1-D unit-stride
+    views, ``ld*`` row strides in elements, ``grid`` workgroups). Needs ``1 <= k <= min(n, k_pad)``.
+    """
+    cfg = spec.cfg
+    T = cfg.threads
+    WAVES = T // WAVE
+    K = cfg.k_pad
+    VEC = spec.vec
+    G = min(K, VEC)  # chunk elements sorted and merged together
+    STEP = WAVE * VEC  # elements per chunk (all lanes)
+    LARGEST = spec.largest
+    elem = getattr(fx, _FX_DTYPE[spec.dtype])
+    ebytes = spec.dtype.itemsize
+
+    def key_of(v):
+        f = v if const_expr(spec.dtype == torch.float32) else v.to(fx.Float32)
+        u = f.bitcast(fx.Uint32)
+        mask = ((u >> 31) != 0).select(fx.Uint32(0xFFFFFFFF), fx.Uint32(0x80000000))
+        key = (f != f).select(fx.Uint32(0xFFFFFFFF), u ^ mask)
+        if const_expr(not LARGEST):
+            key = key ^ fx.Uint32(0xFFFFFFFF)
+        return key
+
+    def candidate(key, j):
+        """``key << 32 | (0xFFFFFFFF - j)`` as Uint64."""
+        return (key.to(fx.Uint64) << 32) | (j ^ fx.Int32(-1)).to(fx.Uint32).to(fx.Uint64)
+
+    def chunk_keys(chunk, j0, n, masked: bool):
+        keys = []
+        for e in range_constexpr(VEC):
+            key = key_of(chunk[e])
+            if const_expr(masked):
+                key = (j0 + e < n).select(key, fx.Uint32(0))
+            keys.append(key)
+        return keys
+
+    def reaches(keys, t):
+        hit = keys[0] >= t
+        for e in range_constexpr(1, VEC):
+            hit = hit | (keys[e] >= t)
+        return hit
+
+    def merge_chunk(lst, keys, j0):
+        for g in range_constexpr(VEC // G):
+            group = [candidate(keys[g * G + e], j0 + (g * G + e)) for e in range_constexpr(G)]
+            lst = merge_sorted(lst, sort_desc(group))
+        return lst
+
+    def shuffle64(c, off):
+        lo = (c & fx.Uint64(0xFFFFFFFF)).to(fx.Uint32).to(fx.Int32)
+        hi = (c >> 32).to(fx.Uint32).to(fx.Int32)
+        lo = lo.shuffle_xor(off, WAVE).to(fx.Uint32)
+        hi = hi.shuffle_xor(off, WAVE).to(fx.Uint32)
+        return (hi.to(fx.Uint64) << 32) | lo.to(fx.Uint64)
+
+    def threshold(lst):
+        """The largest of the lanes' k_pad-th keys (every lane gets it)."""
+        t = (lst[K - 1] >> 32).to(fx.Uint32)
+        for s in range_constexpr(6):
+            o = t.to(fx.Int32).shuffle_xor(1 << s, WAVE).to(fx.Uint32)
+            t = (o > t).select(o, t)
+        return t
+
+    @flyc.kernel(name=spec.name, known_block_size=[T, 1, 1])
+    def topk_register_kernel(X: fx.Tensor, V: fx.Tensor, I: fx.Tensor, rows: fx.Int32, n: fx.Int32, k: fx.Int32,
+                             ldx: fx.Int32, ldv: fx.Int32, ldi: fx.Int32, grid: fx.Int32):
+        tid = fx.thread_idx.x
+        lane = tid % WAVE
+        wave = tid // WAVE
+        x_ptr = fx.get_iter(X)
+        full = n // (STEP * UNROLL)
+        rest = n - full * (STEP * UNROLL)
+        tail = (rest + (STEP - 1)) // STEP
+        vty = fx.Vector.make_type(VEC, elem)
+        for rr in range(fx.block_idx.x * WAVES + wave, rows, grid * WAVES):
+            r = fx.Int32(rr)
+            base = r * ldx
+            row = rocdl.make_buffer_ptr(x_ptr + base, num_records_bytes=fx.Int64(n) * ebytes)
+            lst = [fx.Uint64(0) for _ in range_constexpr(K)]
+            t = fx.Uint32(0)
+            for it in range(full):
+                c0 = fx.Int32(it) * (STEP * UNROLL) + lane * VEC
+                chunks = [fx.ptr_load(row + (c0 + u * STEP), result_type=vty) for u in range_constexpr(UNROLL)]
+                for u in range_constexpr(UNROLL):
+                    j0 = c0 + u * STEP
+                    keys = chunk_keys(chunks[u], j0, n, False)
+                    if reaches(keys, t):
+                        lst = merge_chunk(lst, keys, j0)
+                t = threshold(lst)
+            for c in range(tail):
+                j0 = full * (STEP * UNROLL) + fx.Int32(c) * STEP + lane * VEC
+                chunk = fx.ptr_load(row + j0, result_type=vty)
+                keys = chunk_keys(chunk, j0, n, True)
+                if reaches(keys, t):
+                    lst = merge_chunk(lst, keys, j0)
+            for s in range_constexpr(6):
+                lst = merge_sorted(lst, [shuffle64(lst[i], 1 << s) for i in range_constexpr(K)])
+            mine = lst[0]
+            for j in range_constexpr(1, K):
+                mine = (lane == j).select(lst[j], mine)
+            if lane < k:
+                idx = ((mine & fx.Uint64(0xFFFFFFFF)).to(fx.Uint32) ^ fx.Uint32(0xFFFFFFFF)).to(fx.Int32)
+                V[r * ldv + lane] = X[base + idx]
+                I[r * ldi + lane] = idx.to(fx.Int64)
+
+    @flyc.jit
+    def launch(X: fx.Tensor, V: fx.Tensor, I: fx.Tensor, rows: fx.Int32, n: fx.Int32, k: fx.Int32,
+               ldx: fx.Int32, ldv: fx.Int32, ldi: fx.Int32, grid: fx.Int32, stream: fx.Stream = fx.Stream(None)):
+        topk_register_kernel(X, V, I, rows, n, k, ldx, ldv, ldi, grid).launch(grid=(grid, 1, 1), block=(T, 1, 1),
+                                                                            stream=stream)
+
+    launch.__name__ = spec.name
+    return launch
