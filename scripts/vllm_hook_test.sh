@@ -4,6 +4,9 @@
 # dependencies (its CUDA kernels are not needed: the tests run vLLM's Python on the CPU key),
 # the pure-Python packages that `import vllm.model_executor.layers.utils` needs, and this
 # plugin with its test extras. The main venv runs the same tests against a stand-in seam.
+# test/integrations/transformers/ runs here too: transformers (5.24 with vLLM 0.33) and the
+# kernels package (0.17.2: the newest on the local index; the integration uses only kernels' own
+# mapping API, so transformers' wish for kernels 0.18.2-0.19 does not matter to it).
 #
 #   scripts/vllm_hook_test.sh [VLLM_WHEEL_OR_SPEC] [-- pytest args]
 #
@@ -21,6 +24,8 @@ PY=$VENV/bin/python
 DEPS=(packaging psutil pyzmq urllib3 regex numpy requests pydantic cbor2 transformers aiohttp openai-harmony
       openai pillow pybase64 cachetools msgspec cloudpickle uvloop py-cpuinfo prometheus_client xgrammar fastapi
       partial-json-parser llguidance einops)
+# torch_flydsl.integrations.transformers (test/integrations/transformers/): its kernel-layer mapping.
+KERNELS=kernels==0.17.2
 
 if [ ! -x "$PY" ]; then
   python3 -m venv "$VENV"
@@ -31,7 +36,7 @@ fi
 if ! "$PY" -c "import importlib.metadata as m; assert m.version('vllm').startswith('0.33')" 2>/dev/null; then
   "$PY" -m pip install -q --no-deps "$VLLM"
 fi
-"$PY" -m pip install -q "${DEPS[@]}"
+"$PY" -m pip install -q "${DEPS[@]}" "$KERNELS"
 "$PY" -m pip install -q -e ".[test]"
 # vLLM's CUDA wheel pins NVIDIA's CUTLASS DSL; its MLIR bindings and FlyDSL's register the same
 # nanobind enum, and whichever loads second aborts the process. ROCm builds of vLLM do not ship
