@@ -127,7 +127,14 @@ def test_fp16_padded_strides_and_storage_offsets():
 def test_every_curated_config(cfg):
     k = max(cfg.block_k, 64)
     sizes = [cfg.block_m + 3, 0, cfg.block_m // 2 + 1]
-    rep = emulate_grouped(cfg, sizes, n=cfg.block_n + 8, k=k, seed=cfg.block_m)
+    n, workgroups, pad = cfg.block_n + 8, None, 0
+    if cfg.prefetch:
+        # The register-prefetch big tile (costly to emulate): one workgroup walks two tiles with
+        # row tails across an empty group, 2 * stages - 1 K tiles each (unrolled pairs, the odd
+        # last tile, re-fetches past the last tile), an N tail, padded strides and storage offsets.
+        sizes, n, k, workgroups = [cfg.block_m // 2 + 3, 0, 40], cfg.block_n - 8, (2 * cfg.stages - 1) * cfg.block_k, 1
+        pad = 8
+    rep = emulate_grouped(cfg, sizes, n=n, k=k, seed=cfg.block_m, workgroups=workgroups, pad=pad, offset=pad)
     assert rep.ok, rep
 
 

@@ -49,6 +49,10 @@ class DenseGemmConfig:
     # write fp32 partial tiles; the last of them to finish sums them in split order
     # (deterministic) and writes the output, in the same launch.
     split_k: int = 1
+    # 1: the register-prefetch pipeline (``gemm.prefetch_loop``): tile kt+1's LDS reads go out
+    # before tile kt's MFMAs, into a second register fragment set, so no MFMA waits behind a
+    # barrier for LDS reads; a buffer is refilled as soon as its tile is in registers.
+    prefetch: int = 0
 
     @property
     def waves(self) -> int:
@@ -76,21 +80,24 @@ class DenseGemmConfig:
 
     def key(self) -> str:
         split = f"_sk{self.split_k}" if self.split_k != 1 else ""
+        prefetch = "_rp" if self.prefetch else ""
         return (
             f"m{self.block_m}n{self.block_n}k{self.block_k}"
-            f"_w{self.m_waves}x{self.n_waves}_s{self.stages}_g{self.group_m}{split}"
+            f"_w{self.m_waves}x{self.n_waves}_s{self.stages}_g{self.group_m}{split}{prefetch}"
         )
 
-    _KEY_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)_w(\d+)x(\d+)_s(\d+)_g(\d+)(?:_sk(\d+))?$")
+    _KEY_RE = re.compile(r"^m(?P<block_m>\d+)n(?P<block_n>\d+)k(?P<block_k>\d+)_w(?P<m_waves>\d+)x(?P<n_waves>\d+)"
+                         r"_s(?P<stages>\d+)_g(?P<group_m>\d+)(?:_sk(?P<split_k>\d+))?(?P<prefetch>_rp)?$")
 
     @classmethod
     def from_key(cls, key: str) -> "DenseGemmConfig":
         match = cls._KEY_RE.match(key)
         if match is None:
             raise ValueError(f"not a dense GEMM config key: {key!r}")
-        names = [f.name for f in fields(cls)]
-        values = [int(g) for g in match.groups() if g is not None]
-        return cls(**dict(zip(names, values)))
+        names = {f.name for f in fields(cls)}
+        values = {name: (1 if name == "prefetch" else int(g)) for name, g in match.groupdict().items()
+                  if g is not None and name in names}
+        return cls(**values)
 
     def __str__(self) -> str:
         return self.key()
@@ -126,9 +133,16 @@ class DenseGemmConfig:
                     f"{name} tile ({rows}x{self.block_k}) has {vectors} 16-byte vectors, "
                     f"not a multiple of {self.threads} threads"
                 )
+        if self.prefetch not in (0, 1):
+            p.append("prefetch must be 0 or 1")
+        elif self.prefetch and self.stages < 3:
+            p.append("the register-prefetch loop needs stages >= 3 (with 2 it would wait vmcnt(0) every K tile)")
+        elif self.prefetch and self.split_k != 1:
+            p.append("the register-prefetch loop is for big output tiles, not split-K")
         if not p:
-            # The main loop waits with vmcnt = (stages - 2) * loads per tile.
-            in_flight = (self.stages - 2) * self.dma_per_tile
+            # The main loop waits with vmcnt = (stages - 2) * loads per tile; the prefetch loop's
+            # prologue with (stages - 1).
+            in_flight = (self.stages - 2 + self.prefetch) * self.dma_per_tile
             if in_flight > MAX_VMCNT:
                 p.append(
                     f"{in_flight} DMA loads in flight per thread exceed the vmcnt limit "
@@ -169,6 +183,9 @@ CURATED = (
     DenseGemmConfig(128, 256, 64, 2, 4, 3, 8),
     DenseGemmConfig(256, 128, 64, 4, 2, 3, 8),
     DenseGemmConfig(256, 256, 32, 2, 4, 4, 8),
+    # Big (M, N >= 2048): the same tile on the register-prefetch pipeline (gemm.prefetch_loop;
+    # docs/gemm_schedules.md): its MFMAs never wait for LDS reads behind a barrier.
+    DenseGemmConfig(256, 256, 32, 2, 4, 4, 8, prefetch=1),
 )
 
 _EXHAUSTIVE_AXES = dict(

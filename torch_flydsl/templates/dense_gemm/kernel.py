@@ -17,7 +17,9 @@ it works):
 * Global -> LDS (``gemm.tile_loads.TileLoads``, pipelined by ``gemm.main_loop``): gfx950's
   async buffer->LDS DMA, 16 bytes per lane per instruction, into ``stages`` XOR-swizzled LDS
   buffers per operand (``gemm.lds``), ``stages - 1`` K tiles in flight ahead of compute; the
-  MMA issues the next tile's DMAs between its MFMAs. One barrier per K tile.
+  MMA issues the next tile's DMAs between its MFMAs. One barrier per K tile. With
+  ``cfg.prefetch`` the big-tile schedule instead (``gemm.prefetch_loop``): tile kt+1's LDS
+  reads go out into a second register fragment set before tile kt's MFMAs.
 * LDS -> registers and MFMA (``gemm.mma.Mma``): ``ds_read_b128`` for K-contiguous operands,
   ``ds_read_b64_tr_b16`` for M/N-contiguous ones; ``v_mfma_f32_16x16x32_{bf16,f16}``, fp32
   accumulators.
@@ -62,7 +64,8 @@ from ..gemm.epilogue import stage_c_tile, store_c_tile
 from ..gemm.lds import lds_layout, shared_tiles
 from ..gemm.main_loop import main_loop
 from ..gemm.mma import Mma
-from ..gemm.tile_loads import Operand, TileLoads
+from ..gemm.prefetch_loop import pipelined_mma
+from ..gemm.tile_loads import Operand
 from ..gemm.tile_spec import TileSpec
 from .config import SPLIT_K_COUNTERS, DenseGemmConfig
 
@@ -229,9 +232,7 @@ def build(spec: KernelSpec):
 
         op_a = Operand(a_buf, smem_a, a_layout, BM, spec.a_k_contig, spec.a_iters, m0, m, lda, None, *a_mask)
         op_b = Operand(b_buf, smem_b, b_layout, BN, spec.b_k_contig, spec.b_iters, n0, n, ldb, None, *b_mask)
-        loads = TileLoads(spec, tid, op_a, op_b)
-        mma = Mma(spec, tid, elem, op_a, op_b, out_buf)
-        main_loop(spec, loads, mma, k_tiles, kt0)
+        mma = pipelined_mma(spec, tid, elem, op_a, op_b, out_buf, k_tiles, kt0, Mma, main_loop)
         if const_expr(SPLIT > 1):
             ws_buf = buffer_of(ws, 4)
             store_partial_tile(spec, mma, ws_buf, split, m0, n0, m, n)

@@ -64,6 +64,9 @@ CURATED = (
     GroupedGemmConfig(128, 64, 64, 2, 2, 3, 0),
     GroupedGemmConfig(128, 256, 64, 2, 4, 3, 0),
     GroupedGemmConfig(256, 128, 64, 4, 2, 3, 0),
+    # Large token counts (thousands of rows per expert): the dense family's big tile on the
+    # register-prefetch pipeline (gemm.prefetch_loop; docs/gemm_schedules.md).
+    GroupedGemmConfig(256, 256, 32, 2, 4, 4, 0, prefetch=1),
 )
 
 # With autotuning off, one config per problem, by the mean rows per group.

@@ -11,7 +11,8 @@ on shapes, never on the offsets (``gemm.persistent``: the tile bound and the gri
 workgroup walks the offsets forward once as it takes its tiles (``gemm.group_walk``).
 
 Per tile, the toolkit's pieces, as in the dense kernel: async buffer->LDS DMA into ``stages``
-LDS buffers, MFMA ``16x16x32``, the padded-LDS epilogue. A group's rows are the tile's row
+LDS buffers, MFMA ``16x16x32``, the padded-LDS epilogue; ``main_loop`` or, with
+``cfg.prefetch``, the big-tile register-prefetch pipeline (``gemm.prefetch_loop``). A group's rows are the tile's row
 range: A rows at or past the group's end are clamped (to row 0, as dense clamps
 rows past M; they only feed masked outputs), and the store writes only rows below the group's
 end, so a tile never reads into a neighbour's output or writes one. B's DMA offsets carry the
@@ -35,7 +36,8 @@ from ..gemm.lds import lds_layout, shared_tiles
 from ..gemm.main_loop import main_loop
 from ..gemm.mma import Mma
 from ..gemm.persistent import tile_upper_bound
-from ..gemm.tile_loads import Operand, TileLoads
+from ..gemm.prefetch_loop import pipelined_mma
+from ..gemm.tile_loads import Operand
 from ..gemm.tile_spec import TileSpec
 from .config import GroupedGemmConfig
 
@@ -105,11 +107,9 @@ def build(spec: KernelSpec):
                                  k_len, a_span)
             op_b = Operand(b_buf, smem_b, b_layout, BN, False, d.b_iters, n0, n, ldb, k_start * ldb, k_len,
                                  b_span)
-        loads = TileLoads(d, tid, op_a, op_b)
-        mma = Mma(d, tid, elem, op_a, op_b, out_buf)
-        # Along K, a group with no K row runs no tile: the prologue's first DMA reads zeros only
-        # and the accumulators stay zero.
-        main_loop(d, loads, mma, k_tiles)
+        # Along K, a group with no K row runs no tile: the prologue's DMAs read zeros only and
+        # the accumulators stay zero.
+        mma = pipelined_mma(d, tid, elem, op_a, op_b, out_buf, k_tiles, None, Mma, main_loop)
         stage_c_tile(d, mma, smem_c, elem, n0, n, fx.Float32(1.0), fx.Float32(0.0), None)
         store_c_tile(d, smem_c, elem, out_buf, tid, out_row0, n0, out_bound, n, ldc)
 
