@@ -71,7 +71,8 @@ m128n64k64_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 16, dma 6 (6 between mfm
 m128n128k32_w2x2_s4_g8 nt: 2 tile(s)/iter; per tile mfma 16, dma 4 (4 between mfma), vmcnt [8,8], lgkmcnt x9, barrier 1, branches 0+1, salu 10; mfma-free run 24, loop 104 instrs; vgpr 118 agpr 0 sgpr 34 lds 65536 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
 m128n256k64_w2x4_s3_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x6, barrier 1, branches 0+1, salu 23; mfma-free run 44, loop 100 instrs; vgpr 154 agpr 0 sgpr 31 lds 147456 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD
 m256n128k64_w4x2_s3_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x8, barrier 1, branches 0+1, salu 24; mfma-free run 43, loop 102 instrs; vgpr 154 agpr 0 sgpr 31 lds 147456 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD
-m256n256k32_w2x4_s4_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 4 (4 between mfma), vmcnt [8], lgkmcnt x5, barrier 1, branches 0+1, salu 12; mfma-free run 24, loop 74 instrs; vgpr 190 agpr 0 sgpr 32 lds 135168 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD""")
+m256n256k32_w2x4_s4_g8 nt: 1 tile(s)/iter; per tile mfma 32, dma 4 (4 between mfma), vmcnt [8], lgkmcnt x5, barrier 1, branches 0+1, salu 12; mfma-free run 24, loop 74 instrs; vgpr 190 agpr 0 sgpr 32 lds 135168 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD
+m256n256k32_w2x4_s4_g8_rp nt: 2 tile(s)/iter; per tile mfma 32, dma 4 (4 between mfma), vmcnt [8,8], lgkmcnt x2, barrier 1, branches 0+1, salu 13; mfma-free run 30, loop 151 instrs; vgpr 238 agpr 0 sgpr 36 lds 135168 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD""")
 
 
 def test_issue_9_done_when_every_steady_state_config_passes(curated):
@@ -80,3 +81,19 @@ def test_issue_9_done_when_every_steady_state_config_passes(curated):
     waves per SIMD."""
     failing = {c["config"]: c["problems"] for c in curated if c["steady"] and c["problems"]}
     assert not failing, "\n".join(f"{k}: {'; '.join(v)}" for k, v in failing.items())
+
+
+def test_prefetch_configs_wait_for_lds_reads_only_at_their_barriers(curated):
+    """The register-prefetch loop (gemm.prefetch_loop): its one lgkmcnt wait per K tile is the
+    one before the barrier (its own reads of the tile it multiplies next, issued a tile
+    earlier); no MFMA waits for LDS reads behind the barrier, none drains vmcnt(0)."""
+    import re
+
+    lines = [c["line"] for c in curated if c["config"].endswith("_rp")]
+    assert lines
+    for line in lines:
+        tiles = int(re.search(r"(\d+) tile\(s\)/iter", line).group(1))
+        lgkm = int(re.search(r"lgkmcnt x(\d+)", line).group(1))
+        barriers = float(re.search(r"barrier ([\d.]+)", line).group(1))
+        vmcnt = [int(v) for v in re.search(r"vmcnt \[([\d,]+)\]", line).group(1).split(",")]
+        assert lgkm == tiles * barriers and 0 not in vmcnt, line

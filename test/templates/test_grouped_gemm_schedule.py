@@ -53,7 +53,8 @@ grp_m64n64k64_w2x2_s3_g0 nt: 2 tile(s)/iter; per tile mfma 8, dma 4 (4 between m
 grp_m64n128k64_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 16, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x8, barrier 1, branches 0+1, salu 23; mfma-free run 38, loop 80 instrs; vgpr 118 agpr 0 sgpr 60 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
 grp_m128n64k64_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 16, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x2, barrier 1, branches 0+1, salu 23; mfma-free run 38, loop 75 instrs; vgpr 114 agpr 0 sgpr 65 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
 grp_m128n256k64_w2x4_s3_g0 nt: 1 tile(s)/iter; per tile mfma 32, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x6, barrier 1, branches 0+1, salu 23; mfma-free run 44, loop 100 instrs; vgpr 172 agpr 0 sgpr 60 lds 147456 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD
-grp_m256n128k64_w4x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 32, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x8, barrier 1, branches 0+1, salu 24; mfma-free run 43, loop 102 instrs; vgpr 168 agpr 0 sgpr 60 lds 147456 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD""")
+grp_m256n128k64_w4x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 32, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x8, barrier 1, branches 0+1, salu 24; mfma-free run 43, loop 102 instrs; vgpr 168 agpr 0 sgpr 60 lds 147456 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD
+grp_m256n256k32_w2x4_s4_g0_rp nt: 2 tile(s)/iter; per tile mfma 32, dma 4 (4 between mfma), vmcnt [8,8], lgkmcnt x2, barrier 1, branches 0+1, salu 12.5; mfma-free run 30, loop 151 instrs; vgpr 256 agpr 0 sgpr 64 lds 135168 spills 0 scratch 0; 1 wg/CU, 2 waves/SIMD""")
 
 
 def test_issue_20_done_when_every_steady_state_config_passes(curated):
