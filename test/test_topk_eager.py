@@ -52,7 +52,7 @@ def test_done_when_64x4096_fp32_k8_is_served_by_flydsl_and_by_pytorch_when_disab
         out["disabled"] = {"notes": n2, "exact": same(res2, ref)}
     """)
     assert ["topk", "CPU"] in r["registered"] and ["topk.values", "CPU"] in r["registered"]
-    assert r["flydsl"] == {"notes": ["aten.topk: FlyDSL topk_t256_kp8"], "exact": True, "type": "topk"}
+    assert r["flydsl"] == {"notes": ["aten.topk: FlyDSL topk_t128_kp8_reg"], "exact": True, "type": "topk"}
     assert r["disabled"]["exact"] and not any("FlyDSL" in n for n in r["disabled"]["notes"])
 
 
@@ -69,8 +69,8 @@ def test_out_variant_smallest_unsorted_and_bf16_run_the_kernel():
         out["unsorted"] = {"notes": n2, "values": torch.equal(res.values.sort(-1).values, rv.sort(-1).values),
                            "points": torch.equal(x.gather(-1, res.indices), res.values)}
     """)
-    assert r["out"] == {"notes": ["aten.topk.values: FlyDSL topk_t256_kp8"], "same_objects": True, "exact": True}
-    assert r["unsorted"] == {"notes": ["aten.topk: FlyDSL topk_t256_kp8"], "values": True, "points": True}
+    assert r["out"] == {"notes": ["aten.topk.values: FlyDSL topk_t128_kp8_reg"], "same_objects": True, "exact": True}
+    assert r["unsorted"] == {"notes": ["aten.topk: FlyDSL topk_t128_kp8_reg"], "values": True, "points": True}
 
 
 def test_standin_plumbing_and_declines_with_reasons():
@@ -93,8 +93,8 @@ def test_standin_plumbing_and_declines_with_reasons():
             res, n = served(lambda: torch.topk(x, 3))
         out["disabled"] = n
     """, TORCH_FLYDSL_INTREE_POLICY="plugin")
-    assert r["plain"] == {"notes": ["aten.topk: FlyDSL topk_t256_kp4"], "exact": True}
-    assert r["dim0"]["notes"] == ["aten.topk: FlyDSL topk_t256_kp4"] and r["dim0"]["shape"] == [3, 4]
+    assert r["plain"] == {"notes": ["aten.topk: FlyDSL topk_t128_kp4_reg"], "exact": True}
+    assert r["dim0"]["notes"] == ["aten.topk: FlyDSL topk_t128_kp4_reg"] and r["dim0"]["shape"] == [3, 4]
     assert r["dim0"]["exact"]
     why = {"long": "[size] 40000 elements along dim 1: the kernel takes rows of at most 32768",
            "int": "[dtype] int64 input: the kernel takes float32, float16 and bfloat16",
@@ -127,7 +127,7 @@ def test_torch_compile_traces_with_fake_tensors_and_runs():
             out["fake"] = [list(fv.shape), str(fi.dtype)]
     """)
     assert r["compiled"] is True
-    assert r["extern"] is True and r["served"] == ["aten.topk: FlyDSL topk_t256_kp4"]
+    assert r["extern"] is True and r["served"] == ["aten.topk: FlyDSL topk_t128_kp4_reg"]
     assert r["fake"] == [[3, 5], "torch.int64"]
 
 
@@ -147,4 +147,4 @@ def test_no_override_where_torchs_in_tree_topk_serves():
         assert r["notes"] == []
     else:
         assert ["topk", "CPU"] in r["registered"] and ["topk.values", "CPU"] in r["registered"]
-        assert r["notes"] == ["aten.topk: FlyDSL topk_t256_kp4"]
+        assert r["notes"] == ["aten.topk: FlyDSL topk_t128_kp4_reg"]

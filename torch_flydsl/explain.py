@@ -59,6 +59,7 @@ class Explanation:
     declined: list[tuple[Optional[Any], Decline]] = field(default_factory=list)
     user_op: str = ""  # the op as the user named it, and its field values
     values: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # a family's own answer fields (topk: algorithm, reason)
 
     def to_json(self) -> dict:
         """The machine-readable answer (``explain --json``)."""
@@ -73,6 +74,7 @@ class Explanation:
                 {"config": None if c is None else c.key(), "category": d.category, "reason": d.reason}
                 for c, d in self.declined
             ],
+            **self.extra,
         }
 
 
@@ -147,6 +149,9 @@ def explain_values(family, user, values: dict, breadth: Optional[str] = None) ->
     serving = family.serving_for(user.name, values)
     ex = _explain(serving, family, family.problem_for(user.name, values), breadth)
     ex.user_op, ex.values = user.name, values
+    fields = getattr(family, "explain_fields", None)  # topk: which kernel serves, and why
+    if fields is not None and ex.serving.served_by == PLUGIN:
+        ex.extra = fields(ex.problem)
     return ex
 
 

@@ -1,4 +1,5 @@
-"""The TopK kernel, compiled for gfx950 and run in the emulator, against the exact reference.
+"""The radix TopK kernel (the family's large-k path), compiled for gfx950 and run in the
+emulator, against the exact reference (the register kernel: test_topk_register_emulated.py).
 
 Every case checks: no checker finding (``run_emulated`` raises on one); values bit-identical to
 the reference (NaN payloads and the sign of zero included); indices in range, distinct per row
@@ -9,7 +10,7 @@ equal keys by ascending index), unsorted ones the same multiset.
 import pytest
 import torch
 
-from torch_flydsl.templates.topk.config import TopKConfig, k_pad_for
+from torch_flydsl.templates.topk.config import TopKConfig, k_pad_for, radix_for
 from torch_flydsl.templates.topk.launcher import allocate, checked_problem, run_emulated, shaped, topk
 from torch_flydsl.templates.topk.reference import order_keys, reference
 
@@ -22,8 +23,14 @@ def bits(t):
     return t.contiguous().view(_INT[t.dtype])
 
 
-def assert_topk(x, k, dim=-1, largest=True, sorted=True, cfg=None, got=None):
-    v, i = got if got is not None else topk(x, k, dim, largest, sorted, cfg=cfg)
+def assert_topk(x, k, dim=-1, largest=True, sorted=True, cfg=None, got=None, config_for=radix_for,
+                deterministic=None):
+    """Checks the kernel ``cfg`` (default: ``config_for(problem)``, the radix config) against the
+    reference; returns the kernel's ``(values, indices)``."""
+    if got is None:
+        cfg = cfg or config_for(checked_problem(x, k, dim, largest, sorted, deterministic))
+        got = topk(x, k, dim, largest, sorted, cfg=cfg, deterministic=deterministic)
+    v, i = got
     rv, ri = reference(x, k, dim, largest, sorted)
     assert v.shape == rv.shape and i.shape == ri.shape and i.dtype == torch.int64 and v.dtype == x.dtype
     # indices valid, distinct, pointing at the returned values (bit for bit)
@@ -47,6 +54,7 @@ def assert_topk(x, k, dim=-1, largest=True, sorted=True, cfg=None, got=None):
         ours = order_keys(v.movedim(dim, -1), largest).sort(-1).values
         theirs = order_keys(rv.movedim(dim, -1), largest).sort(-1).values
         assert torch.equal(ours, theirs)
+    return v, i
 
 
 def randn(*shape, dtype=torch.float32, seed=0):
@@ -86,14 +94,14 @@ def test_nan_counts_as_largest_and_zero_signs_order_like_pytorchs_radix_keys():
             assert_topk(xd, k, largest=False)
     # The rule itself, as PyTorch's convert() orders it: NaN first for largest, last for smallest;
     # +0.0 above -0.0.
-    v, _ = topk(x, 62)
+    v, _ = assert_topk(x, 62)
     assert torch.isnan(v[:, :60]).all() and torch.equal(v[:, 60:], torch.full((2, 2), inf))
     z = torch.tensor([[-0.0, 0.0, -0.0, 0.0]])
-    v, i = topk(z, 2)
+    v, i = assert_topk(z, 2)
     assert torch.equal(bits(v), bits(torch.tensor([[0.0, 0.0]]))) and i.tolist() == [[1, 3]]
-    v, i = topk(z, 3, largest=False)
+    v, i = assert_topk(z, 3, largest=False)
     assert i.tolist() == [[0, 2, 1]] and torch.signbit(v[0, :2]).all() and not torch.signbit(v[0, 2])
-    v, _ = topk(torch.tensor([[nan, 1.0, 2.0]]), 2, largest=False)
+    v, _ = assert_topk(torch.tensor([[nan, 1.0, 2.0]]), 2, largest=False)
     assert v.tolist() == [[1.0, 2.0]]
 
 
@@ -136,3 +144,25 @@ def test_sweep(n, k, dtype):
     for largest in (True, False):
         assert_topk(x, k, largest=largest)
         assert_topk(x, k, largest=largest, sorted=False)
+
+
+def test_deterministic_mode_takes_the_lowest_index_ties_in_index_order_bit_for_bit():
+    """Under torch.use_deterministic_algorithms(True) the gather takes elements in index order:
+    the lowest-index ties at the k-th place, equal values in index order (sorted and unsorted),
+    the same bits on every run. Without it, ties at the k-th place come in lane-strided order."""
+    x = torch.randint(0, 4, (3, 1000), generator=torch.Generator().manual_seed(9)).float()  # ~250 ties each
+    rv, ri = reference(x, 100)
+    cfg = TopKConfig(256, 128)
+    torch.use_deterministic_algorithms(True)
+    try:  # deterministic=None: the kernel follows torch's flag
+        runs = [assert_topk(x, 100, cfg=cfg) for _ in range(2)]
+        v, i = assert_topk(x, 100, sorted=False, cfg=cfg)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert all(torch.equal(bits(r[0]), bits(rv)) and torch.equal(r[1], ri) for r in runs)
+    assert torch.equal(i.sort(-1).values, ri.sort(-1).values)  # the same (lowest-index) elements
+    keys = order_keys(v).reshape(-1, 100)
+    later = (keys[:, None, :] == keys[:, :, None]) & (torch.arange(100)[None, :, None] < torch.arange(100))
+    assert (i[:, :, None] < i[:, None, :])[later].all()  # equal keys: index order in the slots too
+    fast = assert_topk(x, 100, cfg=cfg, deterministic=False)
+    assert torch.equal(bits(fast[0]), bits(rv)) and not torch.equal(fast[1], ri)  # lane-strided ties

@@ -14,22 +14,23 @@ checks take the formats.
 from __future__ import annotations
 
 import itertools
-from dataclasses import astuple, dataclass, fields
+import re
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from ..base import Decline, pick_by_size, split_by_fit
-from ..dense_gemm.config import DenseGemmConfig
 from ..gemm.geometry import c_lds_row_stride
 from ..gemm.limits import DMA_BYTES, LDS_LIMIT_BYTES, MAX_ACC_REGS_PER_LANE, MAX_THREADS, MAX_VMCNT, WAVE_SIZE
 from .problem import FORMATS, OUT_DTYPES, SCALE_BLOCK, MxFormat, ScaledGemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
-KERNEL_VERSION = "scaled_gemm-1"
+KERNEL_VERSION = "scaled_gemm-2"
 
 MMA_M, MMA_N, MMA_K = 16, 16, 128  # v_mfma_scale_f32_16x16x128_f8f6f4
 MAX_STEPS = 4  # MFMA K steps per tile: opsel picks one of the 4 bytes of a lane's scale word
+SCALE_SLOTS = 2  # scale chunk slots in LDS: the chunk being consumed and the next one
 SCALE_DMA_BYTES = 4  # one async 32-bit DMA per (row, 128 K values) of a scale tile
 KEY_PREFIX = "mx_"
 
@@ -46,18 +47,25 @@ class TileBytes:
     b_row: int
     a_dma: int  # 16-byte DMAs per thread per K tile (A data)
     b_dma: int
-    sa_dma: int  # 4-byte DMAs per thread per K tile (A scales; the last may be padding)
+    sa_dma: int  # 4-byte DMAs per thread per scale chunk (A scales; the last round may be padding)
     sb_dma: int
     threads: int
     exact: bool  # every data tile splits evenly into 16-byte vectors over the threads
+    chunk_dwords: int  # scale dwords per row in one chunk slot (chunk tiles x MFMA steps)
 
     @property
-    def loads_per_tile(self) -> int:
-        return self.a_dma + self.b_dma + self.sa_dma + self.sb_dma
+    def data_per_tile(self) -> int:
+        """16-byte data DMAs per thread per K tile."""
+        return self.a_dma + self.b_dma
+
+    @property
+    def scales_per_chunk(self) -> int:
+        """4-byte scale DMAs per thread per scale chunk."""
+        return self.sa_dma + self.sb_dma
 
     @property
     def scale_slots_a(self) -> int:
-        """Dwords of one A-scale stage in LDS (padded to whole DMA rounds)."""
+        """Dwords of one A-scale chunk slot in LDS (padded to whole DMA rounds)."""
         return self.sa_dma * self.threads
 
     @property
@@ -76,6 +84,7 @@ class ScaledGemmConfig:
     n_waves: int = 2
     stages: int = 2  # LDS buffers; stages-1 K tiles are in flight ahead of compute
     group_m: int = 0  # group-M block swizzle for L2 reuse; 0 = row-major block order
+    chunk: int = 1  # K tiles per scale slot (two slots: one consumed while the next is refilled)
 
     @property
     def waves(self) -> int:
@@ -95,17 +104,19 @@ class ScaledGemmConfig:
         return (self.block_m // self.m_waves) * (self.block_n // self.n_waves) // WAVE_SIZE
 
     def key(self) -> str:
-        # The dense family's key of the same seven fields, marked as this family's.
-        return KEY_PREFIX + DenseGemmConfig(*astuple(self)).key()
+        # The dense family's spelling of the seven tile fields, then the scale chunk (when > 1).
+        chunk = f"_c{self.chunk}" if self.chunk != 1 else ""
+        return (f"{KEY_PREFIX}m{self.block_m}n{self.block_n}k{self.block_k}_w{self.m_waves}x{self.n_waves}"
+                f"_s{self.stages}_g{self.group_m}{chunk}")
+
+    _KEY_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)_w(\d+)x(\d+)_s(\d+)_g(\d+)(?:_c(\d+))?$")
 
     @classmethod
     def from_key(cls, key: str) -> "ScaledGemmConfig":
-        if not key.startswith(KEY_PREFIX):
+        match = cls._KEY_RE.match(key[len(KEY_PREFIX):]) if key.startswith(KEY_PREFIX) else None
+        if match is None:
             raise ValueError(f"not a scaled GEMM config key: {key!r}")
-        dense = DenseGemmConfig.from_key(key[len(KEY_PREFIX):])
-        if dense.split_k != 1:
-            raise ValueError(f"not a scaled GEMM config key (no split-K): {key!r}")
-        return cls(*astuple(dense)[:len(fields(cls))])
+        return cls(*(int(g) for g in match.groups() if g is not None))
 
     def __str__(self) -> str:
         return self.key()
@@ -114,20 +125,21 @@ class ScaledGemmConfig:
         a_row, b_row = a.row_bytes(self.block_k), b.row_bytes(self.block_k)
         a_vec, b_vec = self.block_m * a_row // DMA_BYTES, self.block_n * b_row // DMA_BYTES
         t = self.threads
-        scale_dwords = self.steps  # per row: one byte per 32 K values
+        q = self.chunk * self.steps  # scale dwords per row and chunk: one byte per 32 K values
         return TileBytes(
             a_row, b_row, a_vec // t, b_vec // t,
-            _ceil_div(self.block_m * scale_dwords, t), _ceil_div(self.block_n * scale_dwords, t),
-            t, a_vec % t == 0 and b_vec % t == 0,
+            _ceil_div(self.block_m * q, t), _ceil_div(self.block_n * q, t),
+            t, a_vec % t == 0 and b_vec % t == 0, q,
         )
 
     def lds_bytes(self, a: MxFormat, b: MxFormat, out_dtype: torch.dtype = torch.bfloat16) -> int:
-        """Static LDS: the A/B data and scale stages, aliased by the epilogue's padded C tile."""
+        """Static LDS: the A/B data stages and the two scale chunk slots, aliased by the
+        epilogue's padded C tile."""
         tb = self.tile_bytes(a, b)
-        stage = (self.block_m * tb.a_row + self.block_n * tb.b_row
-                 + SCALE_DMA_BYTES * (tb.scale_slots_a + tb.scale_slots_b))
+        stage = self.block_m * tb.a_row + self.block_n * tb.b_row
+        slots = SCALE_SLOTS * SCALE_DMA_BYTES * (tb.scale_slots_a + tb.scale_slots_b)
         c = self.block_m * c_lds_row_stride(self.block_n) * out_dtype.itemsize
-        return max(self.stages * stage, c)
+        return max(self.stages * stage + slots, c)
 
     def static_problems(self) -> list[str]:
         """Why this config cannot compile for any formats (empty when it can)."""
@@ -147,6 +159,8 @@ class ScaledGemmConfig:
             p.append(f"stages={self.stages} is outside 2..4")
         if self.group_m < 0:
             p.append("group_m must be >= 0")
+        if self.chunk < 1:
+            p.append("chunk (K tiles per scale slot) must be >= 1")
         if not p and self.acc_regs_per_lane > MAX_ACC_REGS_PER_LANE:
             p.append(f"{self.acc_regs_per_lane} fp32 accumulators per lane exceed {MAX_ACC_REGS_PER_LANE}")
         return p
@@ -163,9 +177,9 @@ class ScaledGemmConfig:
         lds = self.lds_bytes(a, b, out_dtype)
         if lds > LDS_LIMIT_BYTES:
             p.append(f"LDS {lds} B exceeds {LDS_LIMIT_BYTES} B")
-        in_flight = (self.stages - 2) * tb.loads_per_tile
+        in_flight = (self.stages - 2) * tb.data_per_tile + tb.scales_per_chunk
         if not p and in_flight > MAX_VMCNT:
-            p.append(f"{in_flight} DMA loads in flight per thread exceed the vmcnt limit {MAX_VMCNT}")
+            p.append(f"up to {in_flight} DMA loads in flight per thread exceed the vmcnt limit {MAX_VMCNT}")
         return p
 
     def is_valid(self) -> bool:
@@ -175,24 +189,25 @@ class ScaledGemmConfig:
         return not self.static_problems() and not self.format_problems(a, b, out_dtype)
 
 
-BASELINE = ScaledGemmConfig(128, 128, 128, 2, 2, 2, 0)
+BASELINE = ScaledGemmConfig(128, 128, 128, 2, 2, 3, 0, 4)
 
-# Hand-picked. Decode (M <= 32): without split-K, narrow N tiles put enough workgroups in
-# flight: 32 x 16 tiles give 256 workgroups at M=32, N=4096 (one per MI355X CU), with deep
-# K tiles (512) and 3-4 stages so that each CU keeps several KiB of B in flight.
+# Hand-picked (docs/mx_schedules.md). Every one runs the no-drain pipeline (stages >= 3) with
+# scale chunks of 2-4 K tiles. Decode (M <= 128): tiles narrow enough to put >= 256 workgroups on
+# N = 4096 at M <= 32 and small enough in LDS for >= 2 waves per SIMD. M >= 2048: 256 x 128
+# tiles of 8 waves (2 waves per SIMD) or 4 waves of 128 x 64 each (fewer LDS bytes per MFMA).
 CURATED = (
     BASELINE,
-    ScaledGemmConfig(32, 16, 512, 2, 1, 3, 0),
-    ScaledGemmConfig(16, 16, 512, 1, 1, 4, 0),
-    ScaledGemmConfig(16, 32, 512, 1, 2, 3, 0),
-    ScaledGemmConfig(32, 64, 256, 1, 2, 3, 0),
-    ScaledGemmConfig(64, 64, 256, 2, 2, 3, 0),
-    ScaledGemmConfig(64, 128, 256, 2, 2, 2, 0),
-    ScaledGemmConfig(128, 64, 256, 2, 2, 2, 0),
-    ScaledGemmConfig(128, 128, 128, 2, 2, 3, 8),
-    ScaledGemmConfig(128, 128, 256, 2, 2, 2, 8),
-    ScaledGemmConfig(256, 128, 128, 4, 2, 2, 8),
-    ScaledGemmConfig(128, 256, 128, 2, 4, 2, 8),
+    ScaledGemmConfig(32, 16, 256, 2, 1, 3, 0, 2),
+    ScaledGemmConfig(16, 32, 256, 1, 2, 3, 0, 2),
+    ScaledGemmConfig(32, 32, 128, 1, 2, 3, 0, 4),
+    ScaledGemmConfig(32, 64, 256, 1, 4, 3, 0, 2),
+    ScaledGemmConfig(64, 64, 128, 2, 2, 3, 0, 4),
+    ScaledGemmConfig(64, 128, 128, 2, 2, 3, 0, 4),
+    ScaledGemmConfig(128, 64, 128, 2, 2, 3, 0, 4),
+    ScaledGemmConfig(128, 128, 128, 2, 2, 3, 8, 4),
+    ScaledGemmConfig(256, 128, 128, 2, 2, 3, 8, 4),
+    ScaledGemmConfig(256, 128, 128, 4, 2, 3, 8, 4),
+    ScaledGemmConfig(128, 256, 128, 2, 4, 3, 8, 4),
 )
 
 _EXHAUSTIVE_AXES = dict(
@@ -203,6 +218,7 @@ _EXHAUSTIVE_AXES = dict(
     n_waves=(1, 2, 4),
     stages=(2, 3, 4),
     group_m=(0, 8),
+    chunk=(1, 2, 4),
 )
 
 
@@ -257,10 +273,10 @@ def config_fits(cfg: ScaledGemmConfig, problem: ScaledGemmProblem) -> Optional[D
 
 # With autotuning off, one config per problem, picked by M: below 128 rows most of the 128x128
 # baseline's tile is idle and it launches only ceil(N/128) workgroups (32 at N=4096, on 256
-# CUs); these narrow tiles launch ceil(N/16) or ceil(N/64) with deep K tiles. First fitting wins.
+# CUs); these narrow tiles launch ceil(N/16) or ceil(N/64). First fitting wins.
 _BASELINE_BY_M = (
-    (32, (ScaledGemmConfig(32, 16, 512, 2, 1, 3, 0), ScaledGemmConfig(32, 64, 256, 1, 2, 3, 0))),
-    (64, (ScaledGemmConfig(64, 64, 256, 2, 2, 3, 0),)),
+    (32, (ScaledGemmConfig(32, 16, 256, 2, 1, 3, 0, 2), ScaledGemmConfig(32, 64, 256, 1, 4, 3, 0, 2))),
+    (64, (ScaledGemmConfig(64, 64, 128, 2, 2, 3, 0, 4),)),
 )
 
 

@@ -82,10 +82,10 @@ from ..gemm.buffers import buffer_of
 from ..gemm.epilogue import stage_c_tile, store_c_tile
 from ..gemm.geometry import UNIT_BYTES, c_lds_row_stride  # UNIT_BYTES: A/B tiles move as 16-bit units
 from ..gemm.lds import lds_layout
-from ..gemm.main_loop import main_loop
 from ..gemm.tile_loads import Operand, TileLoads
 from ..gemm.tile_spec import TileShape, TileSpec
-from .config import MMA_M, MMA_N, SCALE_DMA_BYTES, WAVE_SIZE, ScaledGemmConfig, TileBytes
+from .config import MMA_M, MMA_N, SCALE_DMA_BYTES, SCALE_SLOTS, WAVE_SIZE, ScaledGemmConfig, TileBytes
+from .pipeline import Schedule, interleave, mx_main_loop
 from .problem import MxFormat
 
 
@@ -109,9 +109,10 @@ class KernelSpec:
         return self.cfg.tile_bytes(self.a_fmt, self.b_fmt)
 
     @property
-    def loads_per_tile(self) -> int:
-        """Async DMAs per thread per K tile (data and scales), for the main loop's vmcnt."""
-        return self.tb.loads_per_tile
+    def schedule(self) -> Schedule:
+        """The pipeline's issue pattern (its vmcnt waits)."""
+        tb = self.tb
+        return Schedule(self.cfg.stages, self.cfg.chunk, tb.data_per_tile, tb.scales_per_chunk)
 
     def out_elem(self):
         return fx.Float16 if self.out_dtype == torch.float16 else fx.BFloat16
@@ -126,8 +127,9 @@ class KernelSpec:
 
 
 def shared_tiles(spec: KernelSpec):
-    """LDS pointers ``(a, b, sa, sb, c)``: ``stages`` A/B data tiles (16-bit units) and scale
-    tiles (dwords), and the epilogue's padded C tile, which reuses them after the main loop."""
+    """LDS pointers ``(a, b, sa, sb, c)``: ``stages`` A/B data tiles (16-bit units), two scale
+    chunk slots per operand (dwords), and the epilogue's padded C tile, which reuses them after
+    the main loop."""
     cfg, tb = spec.cfg, spec.tb
     S, BM, BN = cfg.stages, cfg.block_m, cfg.block_n
 
@@ -135,8 +137,8 @@ def shared_tiles(spec: KernelSpec):
     class Stages:
         a: fx.Array[fx.Int16, S * BM * tb.a_row // UNIT_BYTES, 16]
         b: fx.Array[fx.Int16, S * BN * tb.b_row // UNIT_BYTES, 16]
-        sa: fx.Array[fx.Int32, S * tb.scale_slots_a, 16]
-        sb: fx.Array[fx.Int32, S * tb.scale_slots_b, 16]
+        sa: fx.Array[fx.Int32, SCALE_SLOTS * tb.scale_slots_a, 16]
+        sb: fx.Array[fx.Int32, SCALE_SLOTS * tb.scale_slots_b, 16]
 
     @fx.union
     class Shared:
@@ -155,7 +157,8 @@ def shared_tiles(spec: KernelSpec):
 class ScaleOperand:
     """One operand's E8M0 scales as their DMA sees them: rows ``row0 ..`` (``row_bound`` = M
     or N) of a dword-addressed buffer with leading stride ``ld`` dwords, staged into ``smem``
-    (``slots`` dwords per stage, ``iters`` DMA rounds per thread)."""
+    (``slots`` dwords per chunk slot, ``iters`` DMA rounds per thread and chunk); ``oob``: a
+    dword index past the buffer's num_records (a DMA pointed there fetches nothing)."""
 
     buf: Any
     smem: Any
@@ -164,13 +167,26 @@ class ScaleOperand:
     row0: Any
     row_bound: Any
     ld: Any
+    oob: Any
     base: Any = None  # dword offset of this operand's scales in ``buf`` (a grouped GEMM's group)
 
 
-class StageLoads:
-    """Issues the async DMAs of one K tile (A, B, their scales) into an LDS stage."""
+def span_of(t):
+    """Elements of the 1-D operand ``t``: an index past its last one is past num_records."""
+    return fx.Int32(fx.get_scalar(fx.size(fx.get_layout(t))))
 
-    def __init__(self, spec: KernelSpec, tid, a: Operand, b: Operand, sa: ScaleOperand, sb: ScaleOperand):
+
+def data_operand(buf, smem, layout, rows, iters, row0, row_bound, ld, k_tiles, row_units, span, base=None):
+    """A K-contiguous data operand whose DMAs for K tiles at or past ``k_tiles`` point past its
+    buffer (``span`` units): the pipeline's fetches beyond the last tile read nothing."""
+    return Operand(buf, smem, layout, rows, True, iters, row0, row_bound, ld, base, k_tiles * row_units, span)
+
+
+class StageLoads:
+    """Issues the async DMAs of one K tile's A/B data into an LDS stage, and of one scale chunk
+    (``chunk`` K tiles of A's and B's scales) into a scale slot."""
+
+    def __init__(self, spec: KernelSpec, tid, a: Operand, b: Operand, sa: ScaleOperand, sb: ScaleOperand, k_tiles):
         self.spec, self.tid, self.a, self.b, self.sa, self.sb = spec, tid, a, b, sa, sb
         self.data_a = TileLoads(spec.tile_view(spec.tb.a_row), tid, a, a)
         self.data_b = TileLoads(spec.tile_view(spec.tb.b_row), tid, b, b)
@@ -178,30 +194,37 @@ class StageLoads:
         # LDS dword offset of this wave's first lane (a DMA writes lane l at base + 4*l).
         self.wave_dwords = rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE))
         self.unit = fx.make_layout(1, 1)
+        self.k_dwords = k_tiles * spec.cfg.steps  # scale dwords per row (K / 128)
 
-    def load_scales(self, s: ScaleOperand, stage, kt):
-        """The scale tile of K tile ``kt``: ``steps`` dwords (4 E8M0 bytes each) per row, row
-        ``r`` at LDS dwords ``r*steps ..``; slots past the tile get a clamped in-range dword."""
-        steps, threads = self.spec.cfg.steps, self.spec.cfg.threads
-        lds = s.smem + stage * s.slots + fx.Int32(self.wave_dwords)
+    def load_scales(self, s: ScaleOperand, j, slot):
+        """Scale chunk ``j``: ``Q = chunk * steps`` dwords (4 E8M0 bytes each) per row, row ``r``
+        at slot dwords ``r*Q ..``. Dwords past K, rows past M/N and the padding lanes of the
+        last round point past the buffer (zeros into slot dwords no one reads)."""
+        q, threads = self.spec.tb.chunk_dwords, self.spec.cfg.threads
+        lds = s.smem + slot * s.slots + fx.Int32(self.wave_dwords)
         for i in range_constexpr(s.iters):
-            slot = i * threads + self.tid
-            g_row = s.row0 + slot // steps
-            g_row = (g_row < s.row_bound).select(g_row, 0)
-            offset = g_row * s.ld + kt * steps + slot % steps
+            idx = i * threads + self.tid
+            g_row = s.row0 + idx // q
+            kd = j * q + idx % q
+            offset = g_row * s.ld + kd
             if const_expr(s.base is not None):
                 offset = offset + s.base
+            offset = (g_row < s.row_bound).select(offset, s.oob)
+            offset = (kd < self.k_dwords).select(offset, s.oob)
             src = fx.make_view(fx.get_iter(s.buf) + offset, self.unit)
             dst = fx.make_view(lds + i * threads, self.unit)
             fx.copy_atom_call(self.dma32, src, dst)
 
-    def load_stage(self, kt, stage):
-        """K tile ``kt`` of A, B and their scales into LDS stage ``stage``."""
+    def load_data(self, kt, stage):
+        """K tile ``kt`` of A and B into LDS stage ``stage``."""
         cfg, tb = self.spec.cfg, self.spec.tb
         self.data_a.load_tile(self.a, self.a.smem + stage * (cfg.block_m * tb.a_row // UNIT_BYTES), kt)
         self.data_b.load_tile(self.b, self.b.smem + stage * (cfg.block_n * tb.b_row // UNIT_BYTES), kt)
-        self.load_scales(self.sa, stage, kt)
-        self.load_scales(self.sb, stage, kt)
+
+    def load_chunk(self, j, slot):
+        """Scale chunk ``j`` of A and B into scale slot ``slot``."""
+        self.load_scales(self.sa, j, slot)
+        self.load_scales(self.sb, j, slot)
 
 
 # ---- LDS -> registers and the scaled MFMA -------------------------------------------------------
@@ -257,31 +280,36 @@ class ScaledMma:
             return parts[0]
         return parts[0].shuffle(parts[1], list(range(8)))
 
-    def _read_scales(self, s: ScaleOperand, stage, row):
-        """This lane's scale word for the whole tile: bytes ``g*steps ..`` of its row's
-        ``4 * steps`` scale bytes, zero-extended (opsel picks byte ``kk`` at step ``kk``)."""
-        steps = self.spec.cfg.steps
+    def _read_scales(self, s: ScaleOperand, slot, row, p: int):
+        """This lane's scale word for tile ``p`` of the chunk in ``slot``: bytes ``g*steps ..`` of
+        that tile's ``4 * steps`` scale bytes of its row, zero-extended (opsel picks byte ``kk``
+        at step ``kk``)."""
+        steps, q = self.spec.cfg.steps, self.spec.tb.chunk_dwords
         unit = {1: fx.Int8, 2: fx.Int16, 4: fx.Int32}[steps]
-        ptr = fx.recast_iter(unit, s.smem + stage * s.slots)
-        word = fx.ptr_load(ptr + (row * 4 + self.g))
+        ptr = fx.recast_iter(unit, s.smem + slot * s.slots)
+        word = fx.ptr_load(ptr + ((row * q + p * steps) * 4 // steps + self.g))
         return word if steps == 4 else word.to(fx.Int32)
 
-    def compute_stage(self, stage, issue=None):
-        """acc += the K tile in LDS stage ``stage``, after ``issue()`` (the next tile's DMAs, or
-        None)."""
-        if issue is not None:
-            issue()
+    def compute(self, stage, slot, p: int, issue=None, dmas: int = 0):
+        """acc += the K tile in LDS stage ``stage`` (tile ``p`` of the scale chunk in ``slot``);
+        ``issue()`` (``dmas`` DMAs per thread, or None) goes after the LDS reads, its DMAs
+        spread between the MFMAs."""
         spec, cfg, tb = self.spec, self.spec.cfg, self.spec.tb
         a_stage = self.a.smem + stage * (cfg.block_m * tb.a_row // UNIT_BYTES)
         b_stage = self.b.smem + stage * (cfg.block_n * tb.b_row // UNIT_BYTES)
         a_rows = [self.a_row0 + i * MMA_M * cfg.m_waves for i in range(self.rep_m)]
         b_rows = [self.b_row0 + j * MMA_N * cfg.n_waves for j in range(self.rep_n)]
-        sa = [self._read_scales(self.sa, stage, r) for r in a_rows]
-        sb = [self._read_scales(self.sb, stage, r) for r in b_rows]
+        sa = [self._read_scales(self.sa, slot, r, p) for r in a_rows]
+        sb = [self._read_scales(self.sb, slot, r, p) for r in b_rows]
         acc_ty = fx.Vector.make_type(4, fx.Float32)
+        av_k = [[self._read_operand(a_stage, self.a.layout, r, spec.a_fmt, kk) for r in a_rows]
+                for kk in range(cfg.steps)]
+        bv_k = [[self._read_operand(b_stage, self.b.layout, r, spec.b_fmt, kk) for r in b_rows]
+                for kk in range(cfg.steps)]
+        if issue is not None:
+            issue()
         for kk in range_constexpr(cfg.steps):
-            av = [self._read_operand(a_stage, self.a.layout, r, spec.a_fmt, kk) for r in a_rows]
-            bv = [self._read_operand(b_stage, self.b.layout, r, spec.b_fmt, kk) for r in b_rows]
+            av, bv = av_k[kk], bv_k[kk]
             for j in range_constexpr(self.rep_n):
                 for i in range_constexpr(self.rep_m):
                     # Accumulator fragment ((4, 1), rep_m, rep_n), colexicographic.
@@ -293,6 +321,8 @@ class ScaledMma:
                     d = fx.Vector(d)
                     for e in range_constexpr(4):
                         self.acc[base + e] = d[e]
+        if issue is not None:
+            interleave(dmas, self.rep_m * self.rep_n * cfg.steps)
 
 
 # ---- the kernel ---------------------------------------------------------------------------------
@@ -347,13 +377,17 @@ def build(spec: KernelSpec):
 
         a_layout = lds_layout(BM, tb.a_row // UNIT_BYTES, True)
         b_layout = lds_layout(BN, tb.b_row // UNIT_BYTES, True)
-        op_a = Operand(a_buf, smem_a, a_layout, BM, True, tb.a_dma, m0, m, lda)
-        op_b = Operand(b_buf, smem_b, b_layout, BN, True, tb.b_dma, n0, n, ldb)
-        sc_a = ScaleOperand(buffer_of(sa, SCALE_DMA_BYTES), smem_sa, tb.scale_slots_a, tb.sa_dma, m0, m, ldsa)
-        sc_b = ScaleOperand(buffer_of(sb, SCALE_DMA_BYTES), smem_sb, tb.scale_slots_b, tb.sb_dma, n0, n, ldsb)
-        loads = StageLoads(spec, tid, op_a, op_b, sc_a, sc_b)
+        op_a = data_operand(a_buf, smem_a, a_layout, BM, tb.a_dma, m0, m, lda, k_tiles, tb.a_row // UNIT_BYTES,
+                            span_of(a))
+        op_b = data_operand(b_buf, smem_b, b_layout, BN, tb.b_dma, n0, n, ldb, k_tiles, tb.b_row // UNIT_BYTES,
+                            span_of(b))
+        sc_a = ScaleOperand(buffer_of(sa, SCALE_DMA_BYTES), smem_sa, tb.scale_slots_a, tb.sa_dma, m0, m, ldsa,
+                            span_of(sa))
+        sc_b = ScaleOperand(buffer_of(sb, SCALE_DMA_BYTES), smem_sb, tb.scale_slots_b, tb.sb_dma, n0, n, ldsb,
+                            span_of(sb))
+        loads = StageLoads(spec, tid, op_a, op_b, sc_a, sc_b, k_tiles)
         mma = ScaledMma(spec, tid, op_a, op_b, sc_a, sc_b, out_buf)
-        main_loop(spec, loads, mma, k_tiles)
+        mx_main_loop(spec.schedule, loads, mma, k_tiles)
         epilogue = spec.tile_view(tb.a_row)  # same output tile, waves and bias
         stage_c_tile(epilogue, mma, smem_c, spec.out_elem(), n0, n, 1.0, 1.0, bias_buf)
         store_c_tile(epilogue, smem_c, spec.out_elem(), out_buf, tid, m0, n0, m, n, ldc)

@@ -13,7 +13,7 @@ from ..scaled_gemm.config import config_fits as scaled_fits
 from ..scaled_gemm.problem import ScaledGemmProblem
 from .problem import ScaledGroupedProblem
 
-KERNEL_VERSION = "scaled_grouped_gemm-1"
+KERNEL_VERSION = "scaled_grouped_gemm-2"
 KEY_PREFIX = "mxgrp_"
 
 
@@ -39,8 +39,8 @@ CURATED = tuple(ScaledGroupedConfig(*astuple(c)) for c in SCALED_CURATED if c.gr
 BASELINE = CURATED[0]
 # With autotuning off, one config per problem by the mean rows per group (MoE groups are small).
 _BASELINE_BY_ROWS = (
-    (32, (ScaledGroupedConfig(32, 64, 256, 1, 2, 3, 0),)),
-    (64, (ScaledGroupedConfig(64, 64, 256, 2, 2, 3, 0),)),
+    (32, (ScaledGroupedConfig(32, 64, 256, 1, 4, 3, 0, 2),)),
+    (64, (ScaledGroupedConfig(64, 64, 128, 2, 2, 3, 0, 4),)),
 )
 
 

@@ -29,11 +29,10 @@ from ..gemm.epilogue import stage_c_tile, store_c_tile
 from ..gemm.geometry import UNIT_BYTES
 from ..gemm.group_walk import OFFS_BYTES, advance, group_end, group_tiles
 from ..gemm.lds import lds_layout
-from ..gemm.main_loop import main_loop
 from ..gemm.persistent import tile_upper_bound
-from ..gemm.tile_loads import Operand
 from ..scaled_gemm import kernel as scaled
 from ..scaled_gemm.config import SCALE_DMA_BYTES, ScaledGemmConfig
+from ..scaled_gemm.pipeline import mx_main_loop
 from ..scaled_gemm.problem import MxFormat
 
 
@@ -72,7 +71,7 @@ def build(spec: KernelSpec):
     THREADS = cfg.threads
     UNIT = UNIT_BYTES
 
-    def one_tile(tid, smem, bufs, g, start, end, local, n_tiles, n, k, lda, ldb, ldbg, ldsa, ldsb, ldsbg, ldc):
+    def one_tile(tid, smem, bufs, spans, g, start, end, local, n_tiles, n, k, lda, ldb, ldbg, ldsa, ldsb, ldsbg, ldc):
         """Tile ``local`` of group ``g``: the scaled kernel's main loop and epilogue."""
         smem_a, smem_b, smem_sa, smem_sb, smem_c = smem
         a_buf, b_buf, sa_buf, sb_buf, out_buf = bufs
@@ -80,13 +79,17 @@ def build(spec: KernelSpec):
         n0 = local % n_tiles * BN
         a_layout = lds_layout(BM, tb.a_row // UNIT, True)
         b_layout = lds_layout(BN, tb.b_row // UNIT, True)
-        op_a = Operand(a_buf, smem_a, a_layout, BM, True, tb.a_dma, m0, end, lda)
-        op_b = Operand(b_buf, smem_b, b_layout, BN, True, tb.b_dma, n0, n, ldb, g * ldbg)
-        sc_a = scaled.ScaleOperand(sa_buf, smem_sa, tb.scale_slots_a, tb.sa_dma, m0, end, ldsa)
-        sc_b = scaled.ScaleOperand(sb_buf, smem_sb, tb.scale_slots_b, tb.sb_dma, n0, n, ldsb, g * ldsbg)
-        loads = scaled.StageLoads(sk, tid, op_a, op_b, sc_a, sc_b)
+        a_span, b_span, sa_span, sb_span = spans
+        k_tiles = k // BK
+        op_a = scaled.data_operand(a_buf, smem_a, a_layout, BM, tb.a_dma, m0, end, lda, k_tiles, tb.a_row // UNIT,
+                                   a_span)
+        op_b = scaled.data_operand(b_buf, smem_b, b_layout, BN, tb.b_dma, n0, n, ldb, k_tiles, tb.b_row // UNIT,
+                                   b_span, g * ldbg)
+        sc_a = scaled.ScaleOperand(sa_buf, smem_sa, tb.scale_slots_a, tb.sa_dma, m0, end, ldsa, sa_span)
+        sc_b = scaled.ScaleOperand(sb_buf, smem_sb, tb.scale_slots_b, tb.sb_dma, n0, n, ldsb, sb_span, g * ldsbg)
+        loads = scaled.StageLoads(sk, tid, op_a, op_b, sc_a, sc_b, k_tiles)
         mma = scaled.ScaledMma(sk, tid, op_a, op_b, sc_a, sc_b, out_buf)
-        main_loop(sk, loads, mma, k // BK)
+        mx_main_loop(sk.schedule, loads, mma, k_tiles)
         epilogue = sk.tile_view(tb.a_row)  # same output tile and waves
         stage_c_tile(epilogue, mma, smem_c, sk.out_elem(), n0, n, 1.0, 1.0, None)
         store_c_tile(epilogue, smem_c, sk.out_elem(), out_buf, tid, m0, n0, end, n, ldc)
@@ -116,6 +119,7 @@ def build(spec: KernelSpec):
         smem = scaled.shared_tiles(sk)
         bufs = (buffer_of(a, UNIT), buffer_of(b, UNIT), buffer_of(sa, SCALE_DMA_BYTES),
                 buffer_of(sb, SCALE_DMA_BYTES), buffer_of(out, spec.out_dtype.itemsize))
+        spans = (scaled.span_of(a), scaled.span_of(b), scaled.span_of(sa), scaled.span_of(sb))
         offs_buf = buffer_of(offs, OFFS_BYTES)
         n_tiles = (n + BN - 1) // BN
         g = fx.Int32(0)
@@ -128,8 +132,8 @@ def build(spec: KernelSpec):
                                                  n_tiles, BM)
             if g < groups:
                 gpu.barrier()  # the previous tile's epilogue is done with the LDS the DMAs overwrite
-                one_tile(tid, smem, bufs, g, start, end, t - seen, n_tiles, n, k, lda, ldb, ldbg, ldsa, ldsb, ldsbg,
-                         ldc)
+                one_tile(tid, smem, bufs, spans, g, start, end, t - seen, n_tiles, n, k, lda, ldb, ldbg, ldsa, ldsb,
+                         ldsbg, ldc)
 
     @flyc.jit
     def launch(

@@ -48,7 +48,7 @@ class TopKConfig:
 
     def key(self) -> str:
         if self.algorithm == REGISTER:
-            return f"{KEY_PREFIX}reg_t{self.threads}_kp{self.k_pad}"
+            return f"{KEY_PREFIX}t{self.threads}_kp{self.k_pad}_reg"
         return f"{KEY_PREFIX}t{self.threads}_kp{self.k_pad}"
 
     @classmethod
@@ -58,8 +58,8 @@ class TopKConfig:
         try:
             parts = key[len(KEY_PREFIX):].split("_")
             algorithm = RADIX
-            if parts[0] == "reg":
-                algorithm, parts = REGISTER, parts[1:]
+            if parts[-1] == "reg":
+                algorithm, parts = REGISTER, parts[:-1]
             t, kp = parts
             if not (t.startswith("t") and kp.startswith("kp")):
                 raise ValueError(key)
@@ -125,7 +125,7 @@ def choose(problem) -> tuple[str, str]:
     why_not = register_decline(problem)
     if why_not is None:
         return REGISTER, (f"k={problem.k} <= {REG_MAX_K}: a wave per row keeps a sorted top-{reg_k_pad_for(problem.k)} "
-                          "per lane in registers and reads the row once (the radix kernel reads it 5 times)")
+                          "per lane in registers and reads the row once (the radix kernel reads it 6 times: 4 histogram passes, count, place)")
     return RADIX, why_not + "; the radix kernel selects by 4 histogram passes and sorts only its k_pad survivors"
 
 

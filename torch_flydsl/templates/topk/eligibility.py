@@ -31,7 +31,9 @@ def row_layout(x: TensorMeta, dim: int) -> Union[int, Decline]:
 
 
 def check_problem(x: TensorMeta, k: int, dim: int = -1, largest: bool = True,
-                  sorted: bool = True) -> Union[TopKProblem, Decline]:
+                  sorted: bool = True, deterministic: Optional[bool] = None) -> Union[TopKProblem, Decline]:
+    """The problem for ``torch.topk(x, k, dim, largest, sorted)``, or why not; ``deterministic``
+    None reads ``torch.are_deterministic_algorithms_enabled()`` (ties in index order when on)."""
     if x.dtype not in SUPPORTED_DTYPES:
         return Decline("dtype", f"{dtype_name(x.dtype)} input: the kernel takes float32, float16 and bfloat16")
     if len(x.shape) == 0:
@@ -61,7 +63,11 @@ def check_problem(x: TensorMeta, k: int, dim: int = -1, largest: bool = True,
         return Decline("shape", "no rows: nothing to compute")
     if (rows - 1) * ld + n - 1 > INT32_MAX:
         return Decline("size", f"{rows} rows of stride {ld}: element offsets exceed 32 bits")
-    return TopKProblem(rows, n, k, x.dtype, bool(largest), bool(sorted), ld)
+    if deterministic is None:
+        import torch
+
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    return TopKProblem(rows, n, k, x.dtype, bool(largest), bool(sorted), ld, bool(deterministic))
 
 
 def check_out(problem: TopKProblem, values: Optional[TensorMeta], indices: Optional[TensorMeta]) -> Optional[Decline]:

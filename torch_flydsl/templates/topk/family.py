@@ -123,6 +123,21 @@ class TopK(KernelFamily):
         dt = torch_dtype(_DTYPE.coerce(dtype)) if isinstance(dtype, str) else dtype
         return check_problem(TensorMeta.contiguous((rows, n), dt), k, -1, largest, sorted)
 
+    def explain_fields(self, problem) -> dict:
+        """``explain``'s topk answer: the kernel the eager call runs (``register`` / ``radix``)
+        and why, and what deterministic mode changes for it."""
+        from .config import REGISTER, choose
+
+        algorithm, reason = choose(problem)
+        if algorithm == REGISTER:
+            ties = "ties in index order in both modes (no atomics, no LDS)"
+        elif problem.deterministic:
+            ties = "deterministic mode: the gather takes elements in index order (ties in index order)"
+        else:
+            ties = ("ties at the k-th place taken in lane-strided order (the same on every run; "
+                    "index order under torch.use_deterministic_algorithms(True))")
+        return {"algorithm": algorithm, "algorithm_reason": reason, "ties": ties}
+
     def lds_bytes(self, cfg, problem) -> int:
         return cfg.lds_bytes()
 

@@ -13,9 +13,12 @@ Per row ``x[r, 0:n]`` (unit stride, rows ``ldx`` elements apart):
    scans them from the top digit down (wave shuffles + per-wave totals in LDS) and picks the
    digit where the running count reaches the remaining k. After 4 passes ``thr`` is the k-th
    largest key and ``take_eq`` how many elements equal to it belong to the result.
-3. **Gather** (no atomics, deterministic): each thread counts its elements above ``thr`` and
-   equal to it; a workgroup exclusive scan of the packed counts gives each thread its output
-   slots; elements equal to ``thr`` are taken in thread order until ``take_eq`` are placed.
+3. **Gather** (no atomics, the same result on every run): each thread counts its elements above
+   ``thr`` and equal to it; a workgroup exclusive scan of the packed counts (prefix sums) gives
+   each thread its output slots; elements equal to ``thr`` are taken in thread order until
+   ``take_eq`` are placed. Thread order is lane-strided (thread ``t`` takes ``t, t + T, ...``:
+   coalesced reads) by default, and index order under ``index_order`` (deterministic mode:
+   thread ``t`` takes a contiguous block, so the lowest-index ties are taken, in index order).
    Survivors (key, index) go to LDS, ``k_pad`` slots (padding: key 0, index INT32_MAX); LDS
    holds ``key ^ 0x80000000`` as int32, whose signed order is the key order (LDS loads are
    signless i32, which FlyDSL compares as signed).
@@ -51,13 +54,15 @@ class KernelSpec:
     dtype: torch.dtype
     largest: bool
     sorted: bool
+    index_order: bool = False  # deterministic mode: the gather takes elements in index order
 
     @property
     def name(self) -> str:
         d = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[self.dtype]
         order = "largest" if self.largest else "smallest"
         s = "sorted" if self.sorted else "unsorted"
-        return f"flydsl_topk_{d}_{order}_{s}_{self.cfg.key()}"
+        det = "_det" if self.index_order else ""
+        return f"flydsl_topk_{d}_{order}_{s}_{self.cfg.key()}{det}"
 
 
 _FX_DTYPE = {torch.float32: "Float32", torch.float16: "Float16", torch.bfloat16: "BFloat16"}
@@ -78,6 +83,7 @@ def build(spec: KernelSpec):
     KP = cfg.k_pad
     LARGEST = spec.largest
     SORTED = spec.sorted and KP > 1
+    INDEX_ORDER = spec.index_order
     if T % WAVE or T < BINS:
         raise ValueError(f"threads {T} must be a multiple of {WAVE} and at least {BINS} (one bin per thread)")
     SLOT_STEPS = max(KP // T, 1)
@@ -101,6 +107,13 @@ def build(spec: KernelSpec):
         if fx.const_expr(not LARGEST):
             key = ~key
         return key
+
+    def gather_index(it, tid, iters):
+        """The element thread ``tid`` gathers at step ``it``: lane-strided (coalesced), or, in
+        index order, a contiguous block per thread (thread order = index order)."""
+        if fx.const_expr(INDEX_ORDER):
+            return tid * iters + it
+        return it * T + tid
 
     @flyc.jit
     def block_scan(v, tid, lds):
@@ -169,7 +182,7 @@ def build(spec: KernelSpec):
             n_gt = fx.Int32(0)
             n_eq = fx.Int32(0)
             for it in range(iters):
-                i = it * T + tid
+                i = gather_index(it, tid, iters)
                 if i < n:
                     key = key_of(X[base + i])
                     n_gt = n_gt + (key > thr).select(fx.Int32(1), fx.Int32(0))
@@ -187,7 +200,7 @@ def build(spec: KernelSpec):
                     lds.sidx[s] = fx.Int32(PAD_INDEX)
             gpu.barrier()
             for it in range(iters):
-                i = it * T + tid
+                i = gather_index(it, tid, iters)
                 if i < n:
                     key = key_of(X[base + i])
                     if key > thr:

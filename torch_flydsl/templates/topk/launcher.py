@@ -26,8 +26,9 @@ def grid_for(problem: TopKProblem, cfg: Optional[TopKConfig] = None) -> int:
     return max(1, min(-(-problem.rows // per), GRID_CAP))
 
 
-def checked_problem(x: torch.Tensor, k: int, dim: int, largest: bool, sorted: bool) -> TopKProblem:
-    problem = check_problem(TensorMeta.of(x), k, dim, largest, sorted)
+def checked_problem(x: torch.Tensor, k: int, dim: int, largest: bool, sorted: bool,
+                    deterministic: Optional[bool] = None) -> TopKProblem:
+    problem = check_problem(TensorMeta.of(x), k, dim, largest, sorted, deterministic)
     if isinstance(problem, Decline):
         raise ValueError(f"TopK declines this call: {problem}")
     return problem
@@ -54,7 +55,7 @@ def kernel_spec(cfg: TopKConfig, problem: TopKProblem):
         return RegisterSpec(cfg, problem.dtype, problem.largest)
     from .kernel import KernelSpec
 
-    return KernelSpec(cfg, problem.dtype, problem.largest, problem.sorted)
+    return KernelSpec(cfg, problem.dtype, problem.largest, problem.sorted, problem.deterministic)
 
 
 def builder_for(cfg: TopKConfig):
@@ -103,9 +104,10 @@ def run_emulated(cfg, problem, x, values, indices, grid: Optional[int] = None):
 
 
 def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True,
-         cfg: Optional[TopKConfig] = None, executor: str = "emulator"):
-    """``(values, indices)`` from the FlyDSL kernel (the emulator on CPU tensors, or the GPU)."""
-    problem = checked_problem(x, k, dim, largest, sorted)
+         cfg: Optional[TopKConfig] = None, executor: str = "emulator", deterministic: Optional[bool] = None):
+    """``(values, indices)`` from the FlyDSL kernel (the emulator on CPU tensors, or the GPU);
+    ``deterministic`` None follows ``torch.are_deterministic_algorithms_enabled()``."""
+    problem = checked_problem(x, k, dim, largest, sorted, deterministic)
     cfg = cfg or baseline_for(problem)
     values, indices = allocate(x, problem)
     if executor == "emulator":

@@ -16,6 +16,7 @@ class TopKProblem:
     largest: bool = True
     sorted: bool = True
     ldx: int = 0  # elements between rows (0: n)
+    deterministic: bool = False  # torch.use_deterministic_algorithms(True) at the call: ties in index order
 
     @property
     def row_stride(self) -> int:
@@ -24,4 +25,5 @@ class TopKProblem:
     def describe(self) -> str:
         d = str(self.dtype).replace("torch.", "")
         return (f"topk rows={self.rows} n={self.n} k={self.k} {d} "
-                f"{'largest' if self.largest else 'smallest'} {'sorted' if self.sorted else 'unsorted'}")
+                f"{'largest' if self.largest else 'smallest'} {'sorted' if self.sorted else 'unsorted'}"
+                + (" deterministic" if self.deterministic else ""))

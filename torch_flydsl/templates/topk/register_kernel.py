@@ -21,6 +21,8 @@ Per row ``x[r, 0:n]`` (unit stride, rows ``ldx`` elements apart); a workgroup of
    merge sorts it.
 3. **Tail.** The last partial chunks (and rows shorter than a wave) are read masked: elements
    past ``n`` have key 0 and an index past ``n``, so they rank below every element of the row.
+   The buffer unit range-checks whole dwords, so a 16-bit row of odd ``n`` reads its last
+   element as 0; that element's key comes from a scalar load of it instead.
 4. **Cross-lane merge.** Six butterfly steps (``shuffle xor`` 1, 2, ..., 32: ``ds_swizzle`` /
    DPP / ``ds_bpermute`` as LLVM lowers them) merge each lane's list with its partner's the same
    way; both partners compute the same list, so after step 6 every lane holds the row's sorted
@@ -137,11 +139,13 @@ def build(spec: RegisterSpec):
         """``key << 32 | (0xFFFFFFFF - j)`` as Uint64."""
         return (key.to(fx.Uint64) << 32) | (j ^ fx.Int32(-1)).to(fx.Uint32).to(fx.Uint64)
 
-    def chunk_keys(chunk, j0, n, masked: bool):
+    def chunk_keys(chunk, j0, n, masked: bool, last=None):
         keys = []
         for e in range_constexpr(VEC):
             key = key_of(chunk[e])
             if const_expr(masked):
+                if const_expr(ebytes == 2):
+                    key = (j0 + e == n - 1).select(last, key)
                 key = (j0 + e < n).select(key, fx.Uint32(0))
             keys.append(key)
         return keys
@@ -188,6 +192,9 @@ def build(spec: RegisterSpec):
             r = fx.Int32(rr)
             base = r * ldx
             row = rocdl.make_buffer_ptr(x_ptr + base, num_records_bytes=fx.Int64(n) * ebytes)
+            # The buffer unit range-checks whole dwords: an odd 16-bit row's last element shares
+            # its dword with the next row and reads 0; the tail takes its key from a scalar load.
+            last = key_of(X[base + n - 1])
             lst = [fx.Uint64(0) for _ in range_constexpr(K)]
             t = fx.Uint32(0)
             for it in range(full):
@@ -202,7 +209,7 @@ def build(spec: RegisterSpec):
             for c in range(tail):
                 j0 = full * (STEP * UNROLL) + fx.Int32(c) * STEP + lane * VEC
                 chunk = fx.ptr_load(row + j0, result_type=vty)
-                keys = chunk_keys(chunk, j0, n, True)
+                keys = chunk_keys(chunk, j0, n, True, last)
                 if reaches(keys, t):
                     lst = merge_chunk(lst, keys, j0)
             for s in range_constexpr(6):
