@@ -33,7 +33,7 @@ def test_importing_the_family_does_not_import_flydsl():
 
 def test_baseline_is_exactly_one_config_that_fits_every_format_pair():
     (cfg,) = search_space("baseline")
-    assert cfg == BASELINE and cfg.key() == "mx_m128n128k128_w2x2_s2_g0" and cfg.threads == 256
+    assert cfg == BASELINE and cfg.key() == "mx_m128n128k128_w2x2_s3_g0_c4" and cfg.threads == 256
     assert all(cfg.fits_formats(a, b) for a, b in PAIRS)
 
 
@@ -45,8 +45,8 @@ def test_curated_is_short_distinct_and_every_config_fits_every_format_pair():
             for out in (torch.bfloat16, torch.float16):
                 assert cfg.fits_formats(a, b, out), (cfg, a, b, cfg.format_problems(a, b, out))
                 assert cfg.lds_bytes(a, b, out) <= LDS_LIMIT_BYTES
-    assert any(c.stages > 2 for c in cur) and any(c.group_m for c in cur)
-    assert {c.block_k for c in cur} == {128, 256, 512}
+    assert all(c.stages > 2 and c.chunk > 1 for c in cur) and any(c.group_m for c in cur)
+    assert {c.block_k for c in cur} == {128, 256}
 
 
 def test_a_decode_config_fills_256_cus_at_m32_n4096():
@@ -101,7 +101,7 @@ def test_format_problems_depend_on_the_formats():
     assert any("LDS" in p for p in big.format_problems(FORMATS["e4m3"], FORMATS["e4m3"]))
     deep = ScaledGemmConfig(32, 32, 512, 1, 1, 4)
     tb = deep.tile_bytes(FORMATS["e4m3"], FORMATS["e4m3"])
-    assert 2 * tb.loads_per_tile > MAX_VMCNT
+    assert 2 * tb.data_per_tile + tb.scales_per_chunk > MAX_VMCNT
     assert any("vmcnt" in p for p in deep.format_problems(FORMATS["e4m3"], FORMATS["e4m3"]))
 
 
@@ -109,6 +109,12 @@ def test_scale_dmas_round_up_to_whole_rounds():
     # 16 rows x 1 dword of scales per K tile, 128 threads: one round with 112 padding lanes.
     tb = ScaledGemmConfig(16, 32, 128, 1, 2, 2).tile_bytes(FORMATS["e4m3"], FORMATS["e4m3"])
     assert (tb.sa_dma, tb.sb_dma, tb.scale_slots_a) == (1, 1, 128)
+    # A chunk of 4 K tiles: 16 x 4 and 32 x 4 dwords, still one round each.
+    tb = ScaledGemmConfig(16, 32, 128, 1, 2, 3, 0, 4).tile_bytes(FORMATS["e4m3"], FORMATS["e4m3"])
+    assert (tb.chunk_dwords, tb.sa_dma, tb.sb_dma, tb.scales_per_chunk) == (4, 1, 1, 2)
+    # 128 x 256 (4 K tiles of 2 MFMA steps) x 2 operands over 256 threads: 2 rounds each.
+    tb = ScaledGemmConfig(128, 128, 256, 2, 2, 3, 0, 4).tile_bytes(FORMATS["e4m3"], FORMATS["e4m3"])
+    assert (tb.chunk_dwords, tb.sa_dma, tb.sb_dma) == (8, 4, 4)
     tb = BASELINE.tile_bytes(FORMATS["e2m1"], FORMATS["e4m3"])
     assert (tb.a_row, tb.b_row, tb.a_dma, tb.b_dma) == (64, 128, 2, 4)
 
@@ -136,12 +142,12 @@ def test_configs_for_splits_fitting_and_declined():
 
 
 @pytest.mark.parametrize("m, k, expected", [
-    (1, 4096, "mx_m32n16k512_w2x1_s3_g0"),
-    (32, 4096, "mx_m32n16k512_w2x1_s3_g0"),
-    (32, 768, "mx_m32n64k256_w1x2_s3_g0"),  # K not a multiple of 512: the next decode tile
-    (64, 4096, "mx_m64n64k256_w2x2_s3_g0"),
-    (4096, 4096, "mx_m128n128k128_w2x2_s2_g0"),
-    (64, 128, "mx_m128n128k128_w2x2_s2_g0"),  # K=128: only block_k=128 fits
+    (1, 4096, "mx_m32n16k256_w2x1_s3_g0_c2"),
+    (32, 4096, "mx_m32n16k256_w2x1_s3_g0_c2"),
+    (32, 384, "mx_m64n64k128_w2x2_s3_g0_c4"),  # K not a multiple of 256: the next size's tile
+    (64, 4096, "mx_m64n64k128_w2x2_s3_g0_c4"),
+    (4096, 4096, "mx_m128n128k128_w2x2_s3_g0_c4"),
+    (64, 128, "mx_m64n64k128_w2x2_s3_g0_c4"),
 ])
 def test_autotuning_off_offers_one_curated_config_picked_by_m(m, k, expected):
     fitting, _ = configs_for(ScaledGemmProblem(m, 4096, k, "e4m3", "e2m1"), "baseline")

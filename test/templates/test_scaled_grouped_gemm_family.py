@@ -19,7 +19,7 @@ from torch_flydsl.templates.base import Decline
 from torch_flydsl.templates.scaled_grouped_gemm import config as sg_config
 from torch_flydsl.templates.scaled_grouped_gemm.family import CALL_FORM, FAMILY
 
-CFG = "mxgrp_m32n64k256_w1x2_s3_g0"
+CFG = "mxgrp_m32n64k256_w1x4_s3_g0_c2"
 E8M0 = torch.float8_e8m0fnu
 
 
