@@ -134,6 +134,34 @@ def register() -> None:
         lib.impl(name, _impl_for(family, name, op.baseline), "CompositeExplicitAutograd")
         lib.impl(name, _noop_meta, "Meta")
     _lib = lib
+    register_native_fallbacks()
+
+
+_native_lib = None
+
+
+def register_native_fallbacks() -> None:
+    """With the C++ launcher loaded (``torch_flydsl.native``; a built one is loaded here on a
+    ROCm torch), the GEMM ops it serves have its kernel at the CUDA dispatch key, which takes
+    ROCm tensors ahead of the CompositeExplicitAutograd impl above (that one keeps every other
+    device: one registration per key, none replaced). What the C++ side declines it hands to
+    ``torch_flydsl_native::python_<op>``, defined here with the same schema and this module's
+    impl, so a decline costs speed, never the result."""
+    global _native_lib
+    from .native import loader
+
+    if _native_lib is not None or not loader.load_built():
+        return
+    import torch
+
+    from .native.build import SERVED_OPS
+
+    lib = torch.library.Library("torch_flydsl_native", "FRAGMENT")
+    for name, (family, op) in custom_ops().items():
+        if name in SERVED_OPS:
+            lib.define(f"python_{name}{op.schema}")
+            lib.impl(f"python_{name}", _impl_for(family, name, op.baseline), "CompositeExplicitAutograd")
+    _native_lib = lib
 
 
 def _defined() -> bool:

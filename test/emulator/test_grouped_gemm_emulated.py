@@ -257,3 +257,38 @@ def test_along_k_a_groups_k_tail_never_reads_the_next_groups_rows(poison):
     ref = reference(a, b, offs)
     assert torch.isfinite(ref[0]).all() and torch.isfinite(out[0].double()).all()
     assert ((out[0].double() - ref[0]).abs().max() / ref[0].abs().max()) < 2**-7
+
+
+# The register-prefetch pipeline (gemm.prefetch_loop) under the grouped walks: on a small tile
+# (cheap: many K tiles and tiles per workgroup) and on the curated big tile. ``slow`` (minutes);
+# the default tier runs the curated big tile once (test_every_curated_config).
+PREFETCH_SMALL = GroupedGemmConfig(32, 32, 32, 1, 2, 3, 0, prefetch=1)
+PREFETCH_BIG = [c for c in CURATED if c.prefetch]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k_tiles", [1, 2, 4, 5])
+@pytest.mark.parametrize("b_major, workgroups", [("col", 1), ("row", 3)])
+def test_prefetch_loop_ragged_and_empty_groups_strides_offsets_tile_walks(k_tiles, b_major, workgroups):
+    rep = emulate_grouped(PREFETCH_SMALL, [0, 40, 7, 0, 33, 1], n=72, k=32 * k_tiles, b_major=b_major, spare_rows=2,
+                          pad=8, offset=8, seed=k_tiles, workgroups=workgroups,
+                          dtype=torch.float16 if k_tiles % 2 else torch.bfloat16)
+    assert rep.ok, rep
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workgroups", [None, 2])
+def test_prefetch_loop_groups_along_k_with_empty_and_one_row_groups(workgroups):
+    # Along K an empty group runs 0 K tiles through the prefetch loop (its DMAs read zeros).
+    rep = emulate_along_k(GroupedGemmConfig(32, 32, 32, 1, 2, 4, 0, prefetch=1), [0, 70, 0, 1, 130], m=40, n=48,
+                          spare=3, workgroups=workgroups, seed=7)
+    assert rep.ok, rep
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cfg", PREFETCH_BIG, ids=lambda c: c.key())
+def test_prefetch_big_tile_row_major_experts_and_two_tiles_per_group(cfg):
+    sizes = [cfg.block_m + 40, 0, 9]
+    rep = emulate_grouped(cfg, sizes, n=cfg.block_n + 24, k=6 * cfg.block_k, b_major="row", spare_rows=3, pad=8,
+                          offset=8, seed=3, workgroups=2)
+    assert rep.ok, rep

@@ -161,3 +161,19 @@ def test_baseline_breadth_picks_one_config_by_m():
     assert pick(16, 4096, 256) == "m16n64k128_w1x4_s3_g0"  # 2 K tiles: nothing to split
     assert pick(32, 4096, 4096) == "m32n64k128_w2x2_s3_g0_sk4"
     assert pick(33, 4096, 4096) == pick(4096, 4096, 4096) == C.BASELINE.key()
+
+
+def test_prefetch_keys_round_trip_and_the_prefetch_loop_needs_three_stages_and_no_split_k():
+    from torch_flydsl.templates.grouped_gemm import GroupedGemmConfig
+
+    cfg = DenseGemmConfig(256, 256, 32, 2, 4, 4, 8, prefetch=1)
+    assert cfg.key() == "m256n256k32_w2x4_s4_g8_rp" and DenseGemmConfig.from_key(cfg.key()) == cfg
+    assert DenseGemmConfig.from_key("m256n256k32_w2x4_s4_g8") == DenseGemmConfig(256, 256, 32, 2, 4, 4, 8)
+    assert DenseGemmConfig.from_key("m16n64k128_w1x4_s3_g0_sk4").split_k == 4
+    grouped = GroupedGemmConfig(256, 256, 32, 2, 4, 4, 0, prefetch=1)
+    assert GroupedGemmConfig.from_key(grouped.key()) == grouped and grouped.key().endswith("_rp")
+    assert any("stages >= 3" in p for p in DenseGemmConfig(64, 64, 64, 2, 2, 2, 0, prefetch=1).static_problems())
+    assert any("split-K" in p for p in DenseGemmConfig(64, 64, 64, 2, 2, 3, 0, 4, prefetch=1).static_problems())
+    # The prologue keeps stages - 1 tiles in flight: 64 x (DMAs per tile) must fit vmcnt.
+    assert DenseGemmConfig(64, 64, 128, 1, 1, 3, 0).is_valid()
+    assert any("vmcnt" in p for p in DenseGemmConfig(64, 64, 128, 1, 1, 3, 0, prefetch=1).static_problems())

@@ -197,6 +197,7 @@ _EXHAUSTIVE_AXES = dict(
     stages=(2, 3, 4),
     group_m=(0, 8),
     split_k=(1, 4, 8),
+    prefetch=(0, 1),
 )
 
 
