@@ -1,0 +1,109 @@
+"""The native launcher's Python pieces that need no build and no compile: the code object cut
+out of FlyDSL's module text, the LLVM kernel-parameter layout the Python reference uses, the
+index the C++ side reads, the loader's reasons, and the C++ op schemas against the families'."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+import pytest
+
+from torch_flydsl.native import build, export, loader
+from torch_flydsl.native.code_object import CodeObjectError, code_object, kernel_signature
+from torch_flydsl.native.python_kernargs import size_align
+
+
+def mlir_string(data: bytes) -> str:
+    """``data`` printed as an MLIR string literal (llvm::printEscapedString's rules)."""
+    out = []
+    for byte in data:
+        ch = chr(byte)
+        if byte == 0x5C:
+            out.append("\\\\")
+        elif 0x20 <= byte < 0x7F and ch != '"':
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:02X}")
+    return "".join(out)
+
+
+def test_the_code_object_round_trips_every_byte_value():
+    image = b"\x7fELF" + bytes(range(256)) + b'\\"\\\\'
+    module = f'gpu.binary @kernels [#gpu.object<#rocdl.target<chip = "gfx950">, bin = "{mlir_string(image)}">]'
+    assert code_object(module) == image
+
+
+def test_a_module_without_one_code_object_is_refused():
+    with pytest.raises(CodeObjectError, match="no gpu.binary"):
+        code_object("module {}")
+    two = 'bin = "\\7FELF" ' * 2
+    with pytest.raises(CodeObjectError, match="2 code objects"):
+        code_object(two)
+
+
+def test_the_kernel_signature_is_read_from_its_metadata():
+    text = ('#gpu.kernel_metadata<"k", !llvm.func<void (ptr<1>, struct<packed (struct<packed (i32)>)>, i32, f32)>, '
+            'metadata = {}>')
+    assert kernel_signature(text, "k") == ["ptr<1>", "struct<packed (struct<packed (i32)>)>", "i32", "f32"]
+    with pytest.raises(CodeObjectError, match="no kernel metadata for other"):
+        kernel_signature(text, "other")
+
+
+@pytest.mark.parametrize("llvm_type, expected", [
+    ("ptr<1>", (8, 8)), ("i32", (4, 4)), ("f32", (4, 4)), ("i64", (8, 8)),
+    ("struct<packed (struct<packed (i32)>)>", (4, 1)),  # FlyDSL's tensor extent: packed, align 1
+    ("struct<(i8, i32)>", (8, 4)),  # a plain struct pads to its widest member
+])
+def test_kernel_parameters_take_the_llvm_abi_size_and_alignment(llvm_type, expected):
+    assert size_align(llvm_type) == expected
+
+
+def unit(uid, image=b"\x7fELF-one"):
+    return export.NativeUnit(uid, "dense_gemm", "cfgA", "kernel_a", image, {"block_m": 128, "threads": 256})
+
+
+def test_the_index_lists_each_unit_once_with_owner_only_files(tmp_path):
+    index = export.write(tmp_path, [unit("dense_gemm-6/cfgA/bfloat16/nt/bias0/ktail0")])
+    export.write(tmp_path, [unit("dense_gemm-6/cfgA/bfloat16/nt/bias0/ktail0", b"\x7fELF-two"),
+                            unit("dense_gemm-6/cfgA/float16/nt/bias0/ktail0")])
+    lines = index.read_text().splitlines()
+    assert lines[0] == export.HEADER
+    assert [line.split("\t")[0] for line in lines[1:]] == ["dense_gemm-6/cfgA/bfloat16/nt/bias0/ktail0",
+                                                            "dense_gemm-6/cfgA/float16/nt/bias0/ktail0"]
+    first = lines[1].split("\t")
+    assert first[1:] == ["dense_gemm/cfgA", unit("x", b"\x7fELF-two").file, "8", "kernel_a", "block_m=128,threads=256"]
+    assert (tmp_path / "native" / first[2]).read_bytes() == b"\x7fELF-two"
+    for path in (index, tmp_path / "native" / first[2]):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "native").st_mode) == 0o700
+
+
+def test_the_loader_says_why_nothing_is_loaded(monkeypatch):
+    if loader.loaded() is not None:
+        pytest.skip("a native launcher is loaded in this process")
+    monkeypatch.setenv("TORCH_FLYDSL_NATIVE", "0")
+    assert loader.why_not_loaded() == "TORCH_FLYDSL_NATIVE=0"
+    assert loader.load_built() is False
+    monkeypatch.setenv("TORCH_FLYDSL_NATIVE", "auto")
+    monkeypatch.setattr(build, "planned", lambda root=None: build.Build(build.Path("/nonexistent/tfn"), ()))
+    assert "not built for this torch" in loader.why_not_loaded()
+
+
+def _cpp_schemas() -> dict:
+    text = (build.source_dir() / "gemm_ops.cpp").read_text()
+    defs = re.findall(r'm\.def\(((?:\s*"[^"]*")+)\s*\)', text)
+    joined = ["".join(re.findall(r'"([^"]*)"', d)) for d in defs]
+    return {s.split("(", 1)[0]: s[len(s.split("(", 1)[0]):] for s in joined}
+
+
+def test_the_raw_stream_entries_take_each_ops_schema_plus_a_stream():
+    from torch_flydsl import ops
+
+    cpp = _cpp_schemas()
+    for name in build.SERVED_OPS:
+        _, op = ops.custom_ops()[name]
+        assert op.schema.endswith(") -> ()"), op.schema
+        assert cpp[f"{name}_on_stream"] == op.schema[: -len(") -> ()")] + ", int stream) -> ()", name
+    assert cpp["device_path_dense_mm_out"] == ops.custom_ops()["dense_mm_out"][1].schema
