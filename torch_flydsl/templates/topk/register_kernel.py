@@ -13,9 +13,11 @@ Per row ``x[r, 0:n]`` (unit stride, rows ``ldx`` elements apart); a workgroup of
    of chunk ``c`` holds elements ``(c * 64 + l) * vec ...``), ``UNROLL`` chunks in flight per
    loop step, through a buffer resource bounded at the row's end. A lane merges a chunk only
    where one of its keys reaches the wave's threshold ``t`` (else the branch is skipped with
-   ``s_cbranch_execz`` when no lane of the wave needs it): ``t`` is the largest of the lanes'
-   ``k_pad``-th best keys (a butterfly max once per step), a lower bound of the row's k-th key,
-   so nothing skipped can belong to the result. A merge sorts the chunk in groups of
+   ``s_cbranch_execz`` when no lane of the wave needs it): ``t``, refreshed once per step, is
+   the larger of the lanes' largest ``k_pad``-th best key (a butterfly max) and the
+   ``k_pad``-th largest of the lanes' best keys (a bitonic sort across the wave), each a lower
+   bound of the row's k-th key, so nothing skipped can belong to the result. The next step's
+   chunks are loaded before this step's merges (one step of prefetch). A merge sorts the chunk in groups of
    ``min(k_pad, vec)`` (bitonic network), then merges each group into the lane's sorted list:
    ``d[i] = max(list[i], group[k_pad-1-i])`` is bitonic and holds the top ``k_pad``; a bitonic
    merge sorts it.
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 import torch
-from flydsl.expr import const_expr, range_constexpr, rocdl
+from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
 
 from ...runtime.recipe import kernel_builder
 from .config import TopKConfig
@@ -129,7 +131,8 @@ def build(spec: RegisterSpec):
     def key_of(v):
         f = v if const_expr(spec.dtype == torch.float32) else v.to(fx.Float32)
         u = f.bitcast(fx.Uint32)
-        mask = ((u >> 31) != 0).select(fx.Uint32(0xFFFFFFFF), fx.Uint32(0x80000000))
+        # sign ? 0xFFFFFFFF : 0x80000000 as an arithmetic shift and an or (no compare)
+        mask = (f.bitcast(fx.Int32) >> 31).to(fx.Uint32) | fx.Uint32(0x80000000)
         key = (f != f).select(fx.Uint32(0xFFFFFFFF), u ^ mask)
         if const_expr(not LARGEST):
             key = key ^ fx.Uint32(0xFFFFFFFF)
@@ -151,10 +154,11 @@ def build(spec: RegisterSpec):
         return keys
 
     def reaches(keys, t):
-        hit = keys[0] >= t
+        """Whether one of the chunk's keys reaches ``t`` (their max, then one compare)."""
+        top = keys[0]
         for e in range_constexpr(1, VEC):
-            hit = hit | (keys[e] >= t)
-        return hit
+            top = (keys[e] > top).select(keys[e], top)
+        return top >= t
 
     def merge_chunk(lst, keys, j0):
         for g in range_constexpr(VEC // G):
@@ -169,13 +173,35 @@ def build(spec: RegisterSpec):
         hi = hi.shuffle_xor(off, WAVE).to(fx.Uint32)
         return (hi.to(fx.Uint64) << 32) | lo.to(fx.Uint64)
 
-    def threshold(lst):
-        """The largest of the lanes' k_pad-th keys (every lane gets it)."""
-        t = (lst[K - 1] >> 32).to(fx.Uint32)
+    def wave_max(v):
         for s in range_constexpr(6):
-            o = t.to(fx.Int32).shuffle_xor(1 << s, WAVE).to(fx.Uint32)
-            t = (o > t).select(o, t)
-        return t
+            o = v.to(fx.Int32).shuffle_xor(1 << s, WAVE).to(fx.Uint32)
+            v = (o > v).select(o, v)
+        return v
+
+    def kth_largest(v, lane):
+        """The K-th largest of the 64 lanes' ``v`` (every lane gets it): a bitonic sort across
+        the wave (21 shuffle-xor stages), then lane K-1's value."""
+        size = 2
+        while size <= WAVE:
+            stride = size // 2
+            while stride >= 1:
+                o = v.to(fx.Int32).shuffle_xor(stride, WAVE).to(fx.Uint32)
+                hi = (o > v).select(o, v)
+                lo = (o > v).select(v, o)
+                keep_hi = ((lane & size) == 0) == ((lane & stride) == 0)
+                v = keep_hi.select(hi, lo)
+                stride //= 2
+            size *= 2
+        return gpu.shuffle_idx(v.to(fx.Int32), K - 1, WAVE).to(fx.Uint32)
+
+    def threshold(lst, lane):
+        """A lower bound of the row's k_pad-th key so far (every lane gets it): the larger of
+        the largest lane's k_pad-th key and the k_pad-th largest of the lanes' best keys (each
+        has k_pad elements at or above it)."""
+        a = wave_max((lst[K - 1] >> 32).to(fx.Uint32))
+        b = kth_largest((lst[0] >> 32).to(fx.Uint32), lane)
+        return (a > b).select(a, b)
 
     @flyc.kernel(name=spec.name, known_block_size=[T, 1, 1])
     def topk_register_kernel(X: fx.Tensor, V: fx.Tensor, I: fx.Tensor, rows: fx.Int32, n: fx.Int32, k: fx.Int32,
@@ -197,15 +223,19 @@ def build(spec: RegisterSpec):
             last = key_of(X[base + n - 1])
             lst = [fx.Uint64(0) for _ in range_constexpr(K)]
             t = fx.Uint32(0)
+            # One step ahead: step it + 1's chunks load while step it merges (the loads of the
+            # last step's successor fall past the row's end or into its tail: never used).
+            nxt = [fx.ptr_load(row + (lane * VEC + u * STEP), result_type=vty) for u in range_constexpr(UNROLL)]
             for it in range(full):
                 c0 = fx.Int32(it) * (STEP * UNROLL) + lane * VEC
-                chunks = [fx.ptr_load(row + (c0 + u * STEP), result_type=vty) for u in range_constexpr(UNROLL)]
+                chunks = nxt
+                nxt = [fx.ptr_load(row + (c0 + (UNROLL + u) * STEP), result_type=vty) for u in range_constexpr(UNROLL)]
                 for u in range_constexpr(UNROLL):
                     j0 = c0 + u * STEP
                     keys = chunk_keys(chunks[u], j0, n, False)
                     if reaches(keys, t):
                         lst = merge_chunk(lst, keys, j0)
-                t = threshold(lst)
+                t = threshold(lst, lane)
             for c in range(tail):
                 j0 = full * (STEP * UNROLL) + fx.Int32(c) * STEP + lane * VEC
                 chunk = fx.ptr_load(row + j0, result_type=vty)
