@@ -108,14 +108,11 @@ class ShapeFacts:
 def inductor_gate() -> Optional[Decline]:
     """Reasons that hold for every node of this compile."""
     from torch._inductor import config as ic
-    from torch._inductor.virtualized import V
 
     if not config.backends_include_flydsl(ic.max_autotune_gemm_backends):
         return Decline("config", "FLYDSL is not in max_autotune_gemm_backends")
     if not (ic.max_autotune or ic.max_autotune_gemm):
         return Decline("config", "max-autotune is off")
-    if getattr(V.graph, "cpp_wrapper", False) or getattr(V.graph, "aot_mode", False):
-        return Decline("codegen", "cpp_wrapper / AOTInductor codegen is not supported yet")
     info = flydsl_info()
     if not info.usable and config.executor() != "reference-standin":  # the stand-in needs no FlyDSL
         return Decline("version", info.reason or "flydsl unusable")
