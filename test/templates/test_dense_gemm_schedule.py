@@ -38,9 +38,40 @@ def render(dump_dir: str) -> str:
     from torch_flydsl.templates.dense_gemm.config import search_space
 
     reports = isa_report.collect(search_space("curated"), ("nt",), torch.bfloat16, Path(dump_dir))
-    return json.dumps([{"config": r.key, "line": isa_report.golden_line(r),
-                        "problems": isa_report.done_when_problems(r),
-                        "steady": isa_report.runs_steady_state(r.cfg)} for r in reports])
+    return json.dumps(with_barrier_guards([{"config": r.key, "line": isa_report.golden_line(r),
+                                            "problems": isa_report.done_when_problems(r),
+                                            "steady": isa_report.runs_steady_state(r.cfg)} for r in reports],
+                                          dump_dir))
+
+
+def barrier_guards(isa_lines: list) -> list:
+    """Per ``s_barrier`` of the main loop: the ``lgkmcnt`` this wave last waited for since its
+    last LDS read (None: no wait). The prefetch loop's barriers free the LDS buffer a wave has
+    just read into registers, so each must follow ``lgkmcnt(0)``: the emulator completes LDS
+    reads at once (its README) and cannot check this; the ISA can."""
+    from torch_flydsl.runtime import isa
+
+    loop = isa.main_loop(isa_lines)
+    guards: list = []
+    last = None
+    for n, ins in enumerate(loop.instructions * 2):  # twice: a barrier's wait may precede the header
+        if ins.op.startswith(("ds_read", "ds_load")):
+            last = None
+        elif ins.op == "s_waitcnt" and "lgkmcnt" in isa.wait_fields(ins):
+            last = isa.wait_fields(ins)["lgkmcnt"]
+        elif ins.op == "s_barrier" and n >= len(loop.instructions):
+            guards.append(last)
+    return guards
+
+
+def with_barrier_guards(entries: list, dump_dir) -> list:
+    """``entries`` (one per config) with ``barrier_guards`` for the prefetch (``_rp``) configs,
+    read from the ISA that ``isa_report.collect`` left under ``dump_dir``."""
+    for e in entries:
+        if e["config"].endswith("_rp"):
+            (isa_file,) = Path(dump_dir).glob(f"nt_{e['config']}/**/*final_isa.s")
+            e["barrier_guards"] = barrier_guards(isa_file.read_text().splitlines())
+    return entries
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +128,6 @@ def test_prefetch_configs_wait_for_lds_reads_only_at_their_barriers(curated):
         barriers = float(re.search(r"barrier ([\d.]+)", line).group(1))
         vmcnt = [int(v) for v in re.search(r"vmcnt \[([\d,]+)\]", line).group(1).split(",")]
         assert lgkm == tiles * barriers and 0 not in vmcnt, line
+    for c in curated:
+        if c["config"].endswith("_rp"):
+            assert c["barrier_guards"] and all(g == 0 for g in c["barrier_guards"]), (c["config"], c["barrier_guards"])

@@ -20,7 +20,7 @@ import pytest
 from expecttest import assert_expected_inline
 
 from rendered_kit import summary_in_subprocess
-from test_dense_gemm_schedule import BENCHMARKS, pytestmark  # noqa: F401 (the same tier and flydsl pin)
+from test_dense_gemm_schedule import BENCHMARKS, pytestmark, with_barrier_guards  # noqa: F401 (the same tier and flydsl pin)
 
 
 def render(dump_dir: str) -> str:
@@ -28,7 +28,7 @@ def render(dump_dir: str) -> str:
     sys.path.insert(0, str(BENCHMARKS))
     import isa_report
 
-    return isa_report.curated_goldens(dump_dir, "grouped")
+    return json.dumps(with_barrier_guards(json.loads(isa_report.curated_goldens(dump_dir, "grouped")), dump_dir))
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +63,10 @@ def test_issue_20_done_when_every_steady_state_config_passes(curated):
     edge, and >= 2 waves per SIMD."""
     failing = {c["config"]: c["problems"] for c in curated if c["steady"] and c["problems"]}
     assert not failing, "\n".join(f"{k}: {'; '.join(v)}" for k, v in failing.items())
+
+
+def test_prefetch_configs_free_an_lds_buffer_only_after_their_reads_of_it_retired(curated):
+    """Every barrier of a register-prefetch loop follows this wave's ``lgkmcnt(0)`` (see
+    test_dense_gemm_schedule's barrier_guards)."""
+    rp = [c for c in curated if c["config"].endswith("_rp")]
+    assert rp and all(c["barrier_guards"] and all(g == 0 for g in c["barrier_guards"]) for c in rp), rp

@@ -7,6 +7,7 @@ Importing the package imports nothing. Without FlyDSL (config and launch side): 
 row), ``majors`` (row/column-major operands), ``persistent`` (tile bound and grid of a
 persistent launch). Kernel pieces (FlyDSL, traced into a family's kernel): ``tile_spec`` (the
 tile the pieces read), ``block_order``, ``buffers``, ``lds``, ``tile_loads`` (async global ->
-LDS), ``mma`` (LDS -> registers, MFMA), ``main_loop`` (the software pipeline), ``epilogue``,
+LDS), ``mma`` (LDS -> registers, MFMA), ``main_loop`` (the software pipeline), ``prefetch_loop``
+(the big-tile pipeline: register-double-buffered fragments), ``epilogue``,
 ``group_walk`` (persistent workgroups over (group, tile) pairs).
 """
