@@ -12,6 +12,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -424,12 +425,52 @@ constexpr char kDenseAddmm[] = "dense_addmm_out";
 constexpr char kScaledMm[] = "scaled_mm_out";
 constexpr char kGroupedMm[] = "grouped_mm_out";
 
+// Host cost per call (benchmarks/native_host_cost.py), in nanoseconds: [plan + pack + launch
+// called directly, the <op>_on_stream op called through the dispatcher from C++ as a C++ caller
+// (AOTInductor's proxy executor) would]. ``operands``: the op's tensors in schema order, out last.
+std::vector<double> host_cost_op(c10::string_view op, const c10::List<std::optional<Tensor>>& operands, double alpha,
+                                 double beta, c10::string_view cfg_view, int64_t stream_int, int64_t iters) {
+  std::string name(op), cfg(cfg_view);
+  std::vector<c10::IValue> args;
+  auto t = [&](size_t i) -> c10::IValue {
+    std::optional<Tensor> v = operands.get(i);
+    return v.has_value() ? c10::IValue(*v) : c10::IValue();
+  };
+  if (name == "dense_mm_out") args = {t(0), t(1), cfg, t(2)};
+  else if (name == "dense_addmm_out") args = {t(0), t(1), t(2), alpha, beta, cfg, t(3)};
+  else if (name == "scaled_mm_out") args = {t(0), t(1), t(2), t(3), t(4), cfg, t(5)};
+  else if (name == "grouped_mm_out") args = {t(0), t(1), t(2), cfg, t(3)};
+  else TORCH_CHECK(false, "no native op ", name);
+  void* stream = reinterpret_cast<void*>(static_cast<uintptr_t>(stream_int));
+  auto per_call = [&](auto&& body) {
+    auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < iters; ++i) body();
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / iters;
+  };
+  Tensor out;
+  double direct = per_call([&] {
+    Call c;
+    std::string why = plan_op(name, args, stream, &c, &out);
+    if (why.empty()) why = launch(c, 0, stream);
+    TORCH_CHECK(why.empty(), why);
+  });
+  auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(("torch_flydsl_native::" + name + "_on_stream").c_str(), "");
+  double dispatched = per_call([&] {
+    torch::jit::Stack stack(args.begin(), args.end());
+    stack.emplace_back(stream_int);
+    handle.callBoxed(&stack);
+  });
+  return {direct, dispatched};
+}
+
 }  // namespace
 }  // namespace torch_flydsl_native
 
 namespace tfn = torch_flydsl_native;
 
 TORCH_LIBRARY(torch_flydsl_native, m) {
+  m.def("host_cost(str op, Tensor?[] operands, float alpha, float beta, str cfg, int stream, int iters) -> float[]",
+        &tfn::host_cost_op);
   m.def("status() -> str", []() { return tfn::Registry::get().status(); });
   m.def("use_cache_dir(str cache_dir) -> ()",
         [](c10::string_view dir) { tfn::Registry::get().use_cache_dir(std::string(dir)); });

@@ -1,4 +1,4 @@
-"""``python -m torch_flydsl {doctor,explain,demo,precompile,bench}``."""
+"""``python -m torch_flydsl {doctor,explain,demo,precompile,bench,native}``."""
 
 from __future__ import annotations
 
@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.cli import add_parser as add_bench
 
     add_bench(sub)
+    from .native.cli import add_parser as add_native
+
+    add_native(sub)
     return p
 
 

@@ -43,8 +43,8 @@ int hipModuleGetFunction(void** function, void* module, const char* name) {
 int hipModuleLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shared, void* stream, void** params, void** extra) {
   intptr_t id = (intptr_t)f;
-  if (id < 1 || id > function_count || launch_count >= MAX_RECORDS || !extra) return 1;
-  launch_record* r = &launches[launch_count];
+  if (id < 1 || id > function_count || !extra) return 1;
+  launch_record* r = &launches[launch_count % MAX_RECORDS]; /* the last MAX_RECORDS are kept */
   memset(r, 0, sizeof *r);
   strncpy(r->name, functions[id - 1], MAX_NAME - 1);
   unsigned dims[6] = {gx, gy, gz, bx, by, bz};
@@ -69,5 +69,7 @@ const char* hipGetErrorString(int e) { return e ? "stand-in HIP error" : "hipSuc
 /* -- read back by the tests ----------------------------------------------------------------- */
 int standin_module_loads(void) { return module_loads; }
 int standin_launch_count(void) { return launch_count; }
-const launch_record* standin_launch(int i) { return i >= 0 && i < launch_count ? &launches[i] : NULL; }
+const launch_record* standin_launch(int i) {
+  return i >= 0 && i < launch_count && i >= launch_count - MAX_RECORDS ? &launches[i % MAX_RECORDS] : NULL;
+}
 void standin_reset(void) { launch_count = 0; }

@@ -127,8 +127,7 @@ def export(spec, cache_dir: Path, progress: Optional[Callable[[str], None]] = No
             failed.append((uid, f"the native launcher does not serve {family.name}"))
             continue
         try:
-            jit_fn, args = family.placeholder_call(unit.cfg, unit.problem, unit.has_bias)
-            entries.append(native_unit(family, uid, unit.cfg, final_module(jit_fn, tuple(args))))
+            entries.append(unit_for(family, unit.cfg, unit.problem, unit.has_bias))
             done.append(uid)
         except Exception as e:  # a compile that failed: that unit stays on the Python path
             failed.append((uid, f"{type(e).__name__}: {e}"))
@@ -136,3 +135,11 @@ def export(spec, cache_dir: Path, progress: Optional[Callable[[str], None]] = No
             progress(uid)
     write(cache_dir, entries)
     return done, failed
+
+
+def unit_for(family, cfg, problem, has_bias: Optional[bool] = None) -> NativeUnit:
+    """The native unit of ``family.compiled_unit(cfg, problem, has_bias)``, compiled (compile-only,
+    gfx950) from the family's placeholder call: the kernel precompile builds for it."""
+    uid = family.compiled_unit(cfg, problem, has_bias).id
+    jit_fn, args = family.placeholder_call(cfg, problem, has_bias)
+    return native_unit(family, uid, cfg, final_module(jit_fn, tuple(args)))
