@@ -140,3 +140,22 @@ def test_without_a_gfx950_or_cpu_executor_every_call_keeps_the_models_forward():
     assert r["info"] and "no device here" in r["info"][0]
     assert r["layer_note"].startswith("transformers LlamaRMSNorm: the model's forward: the eager overrides are not "
                                       "registered in this process")
+
+
+def test_torch_compile_traces_the_models_own_forward():
+    # Under the reference stand-in an eager call would be served (first check); a compiled
+    # graph (fullgraph: no break) holds the model's formula and reaches no eager override.
+    r = run("""
+        m = llama(torch.float32)
+        flydsl_tf.kernelize(m)
+        norm, x = m.model.norm, torch.randn(3, 64)
+        with torch.no_grad():
+            norm(x)
+            out["eager"] = notes[-1]
+            n0 = len(notes)
+            y = torch.compile(norm, backend="aot_eager", fullgraph=True)(x)
+            out["same"] = torch.equal(y, type(norm).forward(norm, x))
+        out["calls"] = [n for n in notes[n0:] if n.startswith("aten.")]
+    """, {"TORCH_FLYDSL_EXECUTOR": "reference-standin"})
+    assert r["eager"].startswith("aten._fused_rms_norm: FlyDSL ")
+    assert r["same"] and r["calls"] == []
