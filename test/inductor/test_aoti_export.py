@@ -107,7 +107,7 @@ def mx_package(tmp_path_factory):
 def test_mx_scaled_mm_package_calls_the_op_and_loaded_matches_the_reference(mx_package):
     workdir, report = mx_package
     assert_expected_inline("\n".join(proxy_calls(report["package"])),
-                           """torch_flydsl::scaled_mm_out(mx_m128n128k128_w2x2_s2_g0)""")
+                           """torch_flydsl::scaled_mm_out(mx_m64n64k128_w2x2_s3_g0_c4)""")
     r = step("mx_load", workdir, EMULATOR)
     assert r["flydsl_warnings"] == [] and r["served"] == ["scaled_mm_out"], r
     assert r["max_rel_err"] < 1e-2, r
@@ -273,18 +273,24 @@ def cpp_wrapper(workdir: Path) -> dict:
 
 def mx_case():
     """An MX-FP8 ``torch._scaled_mm`` with a bias, as the compile probe builds it (operands,
-    E8M0 scales and the float64 reference): a module of no parameters over its inputs."""
+    E8M0 scales and the float64 reference): a module of no parameters over its inputs. The
+    scales come in as uint8 and are viewed as E8M0 inside: AOTI's input checks have no E8M0
+    (``KeyError: torch.float8_e8m0fnu`` in DTYPE_TO_ATEN on torch 2.11 and 2.13)."""
     import torch
     from compile_probe import scaled_case
+    from torch_flydsl.templates.scaled_gemm.problem import SCALE_DTYPE
 
     fn, args, reference = scaled_case("scaled_mm", 40, 72, 256, {"bias": True})
-    args = tuple(a.to(os.environ.get("AOTI_STEPS_DEVICE", "cpu")) for a in args)
+    a, b, sa, sb, bias = (t.to(os.environ.get("AOTI_STEPS_DEVICE", "cpu")) for t in args)
 
     class ScaledMM(torch.nn.Module):
-        def forward(self, *xs):
-            return fn(*xs)
+        def forward(self, a, b, sa, sb, bias):
+            return fn(a, b, sa.view(SCALE_DTYPE), sb.view(SCALE_DTYPE), bias)
 
-    return ScaledMM(), args, reference
+    def reference_of_codes(a, b, sa, sb, bias):
+        return reference(a, b, sa.view(SCALE_DTYPE), sb.view(SCALE_DTYPE), bias)
+
+    return ScaledMM(), (a, b, sa.view(torch.uint8), sb.view(torch.uint8), bias), reference_of_codes
 
 
 def pytorch_mx_untimed():

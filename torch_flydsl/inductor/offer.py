@@ -119,6 +119,15 @@ def inductor_gate() -> Optional[Decline]:
     return None
 
 
+def cpp_wrapper_codegen() -> bool:
+    """This graph's wrapper is C++ (``cpp_wrapper``, AOTInductor). torch 2.15's in-tree FlyDSL
+    template offers nothing there ("FlyDSL does not support AOT wrappers"), so the plugin never
+    defers to it in such a graph: its winners lower to dispatcher calls (``extern``)."""
+    from torch._inductor.virtualized import V
+
+    return bool(getattr(V.graph, "cpp_wrapper", False) or getattr(V.graph, "aot_mode", False))
+
+
 def plan(op_name: str, nodes: list[Any], layout, scalars: dict, serving: Optional[str] = None) -> Offer:
     """``serving``: the entry point's name for coexistence when it differs from ``op_name``
     (``scaled_mm_v2`` is served by the scaled_mm family)."""
@@ -134,7 +143,7 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict, serving: Optiona
     reason = device_decline(device)
     if reason:
         return offer.decline("device", reason)
-    deferred = deferral(serving or op_name, device.type, device.index or 0)
+    deferred = None if cpp_wrapper_codegen() else deferral(serving or op_name, device.type, device.index or 0)
     if deferred:
         return offer.decline("coexistence", deferred)
     metas = [tensor_meta(n) for n in nodes]
