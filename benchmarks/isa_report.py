@@ -1,6 +1,8 @@
 """The dense GEMM kernel's main K loop, read from its gfx950 assembly, for every curated config,
 and a simple MI355X model of each config on the 15 BF16 NT shapes of
 ``torch_flydsl.bench.mm.SUITE`` (the dense device benchmark's). Static evidence only: nothing here runs a kernel.
+``--intree [PATH]``: the side-by-side report of all three GEMM families against torch 2.15's
+in-tree FlyDSL kernels (``benchmarks/isa_compare.py``; docs/perf_compare.md).
 ``--family grouped``: the same for the grouped GEMM family's configs (the MoE forward kernel:
 8 groups, B per expert ``t`` = K-contiguous), modelled on ``GROUPED_SUITE`` (issue 20's MoE
 shapes) with the waits the loop's ISA shows (``GROUPED_ASSUMPTIONS``).
@@ -46,6 +48,9 @@ from torch_flydsl.runtime.artifact import (
     KernelResources,
 )
 from torch_flydsl.runtime.isa import LoopMetrics, loop_metrics, mfma_per_k_tile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from isa_shapes import GROUPED_SHAPES  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 MIN_STEADY_K_TILES = 4  # the issue's checks apply to configs that run at least this many K tiles
@@ -213,7 +218,7 @@ def runs_steady_state(cfg, family: str = "dense") -> bool:
 
 # The grouped family's shapes: issue 20's MoE forward, 8 experts with balanced routing, N=4096,
 # K=2048, at 1024 and 8192 tokens (T, G, N, K).
-GROUPED_SUITE = ((1024, 8, 4096, 2048), (8192, 8, 4096, 2048))
+GROUPED_SUITE = GROUPED_SHAPES
 
 
 def grouped_problem(tokens: int, groups: int, n: int, k: int):
@@ -502,6 +507,11 @@ def model_rows(results, which: str = "all") -> tuple[list, list]:
 
 
 def main(argv=None) -> int:
+    if "--intree" in (sys.argv[1:] if argv is None else argv) or any(
+            a.startswith("--intree=") for a in (sys.argv[1:] if argv is None else argv)):
+        import isa_compare  # the side-by-side report against torch 2.15's in-tree kernels
+
+        return isa_compare.main(argv)
     from tabulate import tabulate
 
     from torch_flydsl.runtime.probe import flydsl_info

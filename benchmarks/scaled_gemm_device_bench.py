@@ -1,18 +1,35 @@
 """Time the MX scaled GEMM family on an MI350 (gfx950): FlyDSL's best curated config against
-PyTorch's ``torch._scaled_mm`` on the same operands, per shape and MX format.
+PyTorch's ``torch._scaled_mm`` (and torch 2.15's in-tree FlyDSL kernel where that torch runs)
+on the same operands, per shape and MX format.
 
     python benchmarks/scaled_gemm_device_bench.py [--formats mxfp8,mxfp4] [--out scaled_gemm_bench]
         [--via launcher|op] [--aten v1|v2] [--warmup 10] [--iters 50] [--flush-l2] [--no-check]
     python benchmarks/scaled_gemm_device_bench.py --dry-run     # the suite and its configs; any machine
 
 The script entry point of ``torch_flydsl.bench.scaled_mm`` (the suite, its timing and its
-outputs are described there); ``python -m torch_flydsl bench scaled_mm`` runs the same suite
-from an installed package. Without a ROCm gfx950 GPU it says so and exits 0.
+outputs are described there: a table, CSVs and a plot); ``python -m torch_flydsl bench
+scaled_mm`` runs the same suite from an installed package. This script adds the shapes of the
+static side-by-side report (``benchmarks/isa_shapes.MX_SHAPES``: issue 20's eight) that the
+package's suite lacks (today 32x14336x4096), so an MI350 run times every shape
+``benchmarks/isa_compare.py`` models. Without a ROCm gfx950 GPU it says so and exits 0.
 """
 
 import sys
+from pathlib import Path
 
-from torch_flydsl.bench.scaled_mm import main
+from torch_flydsl.bench import scaled_mm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from isa_shapes import MX_SHAPES  # noqa: E402
+
+
+def extend_suite() -> tuple:
+    """The package suite followed by the side-by-side report's shapes it lacks (read at call
+    time by the suite's run and dry run)."""
+    scaled_mm.SUITE = tuple(dict.fromkeys((*scaled_mm.SUITE, *MX_SHAPES)))
+    return scaled_mm.SUITE
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    extend_suite()
+    sys.exit(scaled_mm.main())

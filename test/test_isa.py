@@ -197,3 +197,60 @@ def test_every_function_of_a_listing_is_searched_and_metadata_is_not_code():
     assert [(lp.function, lp.header_label) for lp in isa.loops(lines)] == [("reduce", ".LBB0_1"), ("gemm", ".LBB1_1")]
     m = isa.loop_metrics(lines)
     assert (m.header, m.mfma, m.dma, m.dma_between, m.vmcnt) == (".LBB1_1", 2, 1, 1, (1,))
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("v_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]", "v_mfma_f32_16x16x32_bf16"),
+    ("v_mfma_scale_f32_16x16x128_f8f6f4 v[0:3], v[4:11], v[12:19], v[0:3], v20, v21 op_sel_hi:[0,0,0]",
+     "v_mfma_scale_f32_16x16x128_f8f6f4 fp8xfp8"),
+    ("v_mfma_scale_f32_16x16x128_f8f6f4 v[0:3], v[4:7], v[12:15], v[0:3], v20, v21 op_sel_hi:[0,0,0] cbsz:4 blgp:4",
+     "v_mfma_scale_f32_16x16x128_f8f6f4 fp4xfp4"),
+    ("v_mfma_scale_f32_16x16x128_f8f6f4 v[0:3], v[4:11], v[12:15], v[0:3], v20, v21 blgp:4",
+     "v_mfma_scale_f32_16x16x128_f8f6f4 fp8xfp4"),
+])
+def test_mfma_kind_names_the_scaled_formats(text, kind):
+    assert isa.mfma_kind(isa.Instruction(1, text)) == kind
+
+
+@pytest.mark.parametrize("text, lds, vmem", [
+    ("ds_read_b128 v[20:23], v1", 16, 0), ("ds_read_b64_tr_b16 v[2:3], v1", 8, 0), ("ds_read2_b64 v[2:5], v1", 16, 0),
+    ("ds_read2st64_b32 v[2:3], v1", 8, 0), ("ds_write_b16 v1, v2", 2, 0), ("ds_read_u16 v2, v1", 2, 0),
+    ("buffer_load_dwordx4 v20, s[4:7], 0 offen lds", 0, 16), ("buffer_load_dword v2, s[4:7], 0 offen lds", 0, 4),
+    ("global_load_lds_dwordx4 v[2:3], off", 0, 16), ("v_add_u32 v1, v2, v3", 0, 0),
+])
+def test_bytes_per_lane_of_lds_and_global_loads(text, lds, vmem):
+    ins = isa.Instruction(1, text)
+    assert (isa.lds_bytes_per_lane(ins), isa.vmem_bytes_per_lane(ins)) == (lds, vmem)
+
+
+def test_a_barrier_some_waves_skip_before_the_loop_is_found():
+    """The in-tree HTI kernel's prologue: ``s_cbranch_execz`` jumps over an ``s_barrier`` for the
+    waves of one group; a barrier every wave passes, and one inside the loop, do not count."""
+    lines = listing(
+        "\ts_cbranch_execz .LBB0_2",
+        "\ts_barrier",
+        ".LBB0_2:",
+        "\ts_barrier",
+        ".LBB0_3:",
+        MFMA, DMA, "\ts_barrier", MFMA,
+        "\ts_cbranch_scc1 .LBB0_3",
+    )
+    assert isa.skippable_barriers_before_loop(lines) == 1
+    assert isa.skippable_barriers_before_loop(listing("\ts_barrier", ".LBB0_3:", MFMA, "\ts_cbranch_scc1 .LBB0_3")) == 0
+    assert isa.skippable_barriers_before_loop(listing(MFMA)) == 0
+
+
+def test_a_barrier_of_another_loop_before_the_main_loop_is_no_wave_group_split():
+    """A persistent kernel's tile search (a loop of its own) with a barrier on a side path runs
+    before the K loop: every wave runs it, so it does not split the waves into groups."""
+    lines = listing(
+        ".LBB0_1:",  # the search loop
+        "\ts_cbranch_scc1 .LBB0_2",
+        "\ts_barrier",
+        ".LBB0_2:",
+        "\ts_cbranch_scc0 .LBB0_1",
+        ".LBB0_3:",
+        MFMA, DMA, MFMA,
+        "\ts_cbranch_scc1 .LBB0_3",
+    )
+    assert isa.skippable_barriers_before_loop(lines) == 0

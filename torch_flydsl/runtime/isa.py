@@ -367,3 +367,65 @@ def mfma_per_k_tile(block_m: int, block_n: int, block_k: int, waves: int, mma=(1
     """MFMAs one wave issues per K tile of a ``block_m x block_n x block_k`` workgroup tile."""
     m, n, k = mma
     return (block_m // m) * (block_n // n) * (block_k // k) / waves
+
+
+# -- what the side-by-side report (benchmarks/isa_compare.py) reads besides LoopMetrics --------
+
+_SCALED_FORMATS = {0: "fp8", 1: "bf8", 2: "fp6", 3: "bf6", 4: "fp4"}
+_BYTES_SUFFIX_RE = re.compile(r"_b(\d+)")
+_VMEM_BYTES = {"dwordx4": 16, "dwordx3": 12, "dwordx2": 8, "dword": 4, "short": 2, "ushort": 2, "sshort": 2,
+               "ubyte": 1, "sbyte": 1, "byte": 1}
+
+
+def mfma_kind(ins: Instruction) -> str:
+    """The MFMA's mnemonic, and for a scaled MFMA (``v_mfma_scale_*_f8f6f4``) its operand formats
+    from ``cbsz`` (A) and ``blgp`` (B): 0 fp8 (the default when absent), 1 bf8, 2 fp6, 3 bf6, 4 fp4,
+    e.g. ``v_mfma_scale_f32_16x16x128_f8f6f4 fp4xfp4``."""
+    if "f8f6f4" not in ins.op:
+        return ins.op
+    fields = dict(re.findall(r"\b(cbsz|blgp):(\d+)", ins.text))
+    a, b = (_SCALED_FORMATS.get(int(fields.get(f, 0)), f"fmt{fields.get(f)}") for f in ("cbsz", "blgp"))
+    return f"{ins.op} {a}x{b}"
+
+
+def lds_bytes_per_lane(ins: Instruction) -> int:
+    """Bytes one lane moves through LDS for a ``ds_read*`` / ``ds_write*`` (``ds_read2*``: two
+    elements), 0 for anything else."""
+    if not ins.op.startswith(("ds_read", "ds_write", "ds_load", "ds_store")):
+        return 0
+    m = _BYTES_SUFFIX_RE.search(ins.op)
+    size = int(m.group(1)) // 8 if m else 4
+    if ins.op.startswith(("ds_read_u8", "ds_read_i8", "ds_write_b8")):
+        size = 1
+    elif ins.op.startswith(("ds_read_u16", "ds_read_i16")):
+        size = 2
+    return size * (2 if "2" in ins.op.split("_")[1] else 1)
+
+
+def vmem_bytes_per_lane(ins: Instruction) -> int:
+    """Bytes one lane loads for a ``buffer_load_*`` / ``global_load_*`` (DMA or not), 0 otherwise."""
+    if not ins.op.startswith(("buffer_load", "global_load")):
+        return 0
+    tail = ins.op.split("_", 2)[-1].replace("lds_", "")
+    return _VMEM_BYTES.get(tail, 4)
+
+
+def skippable_barriers_before_loop(isa_lines: Iterable[str]) -> int:
+    """``s_barrier`` instructions in the main loop's function, before its header, in blocks that
+    do not dominate the header and sit in no loop the main loop is outside of: barriers some
+    waves pass and others skip on their way into the loop (a kernel that runs two wave groups a
+    barrier apart), not those of another loop (a persistent kernel's tile search)."""
+    lines = list(isa_lines)
+    loop = main_loop(lines)
+    if loop is None:
+        return 0
+    body = next(b for name, b in functions(lines) if name == loop.function)
+    instrs, labels = parse(body)
+    blocks, _ = _blocks(instrs, labels)
+    dom = _dominators(blocks)
+    header_dom = dom[loop.header]
+    mine = set(loop.blocks)
+    others = [set(lp.blocks) for lp in _function_loops(loop.function, body) if not mine <= set(lp.blocks)]
+    return sum(1 for b, blk in enumerate(blocks)
+               if b < min(loop.blocks) and b not in header_dom and dom[b] and not any(b in o for o in others)
+               for ins in instrs[blk.start:blk.end] if ins.op == "s_barrier")

@@ -1,0 +1,88 @@
+"""benchmarks/intree_kernels.py: the loader of torch 2.15's in-tree FlyDSL kernels refuses a bad
+path with a message that says what to pass; and (compile tier, where torch 2.15's kernels are on
+this machine) the heuristics' configs and one compiled in-tree kernel's main loop."""
+
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import intree_kernels as ik  # noqa: E402
+
+
+def test_a_missing_path_is_refused_with_what_to_pass(tmp_path):
+    with pytest.raises(ik.IntreeError, match="does not exist .*torch 2.15 wheel"):
+        ik.load(tmp_path / "nowhere", tmp_path / "x")
+
+
+def test_a_directory_without_the_vendored_kernels_is_refused(tmp_path):
+    (tmp_path / "torch" / "_inductor").mkdir(parents=True)
+    with pytest.raises(ik.IntreeError, match="holds no _inductor/kernel/vendored_templates/flydsl/kernels/gemm_gfx950.py"):
+        ik.load(tmp_path, tmp_path / "x")
+
+
+def test_kernels_without_the_heuristics_are_refused(tmp_path):
+    kdir = tmp_path / "torch" / ik.KERNELS_SUBDIR
+    kdir.mkdir(parents=True)
+    (kdir / "gemm_gfx950.py").write_text("")
+    with pytest.raises(ik.IntreeError, match="no _inductor/heuristics/template/flydsl.py"):
+        ik.load(tmp_path, tmp_path / "x")
+
+
+def test_a_file_that_is_not_a_wheel_and_a_wheel_without_the_kernels_are_refused(tmp_path):
+    other = tmp_path / "torch.tar.gz"
+    other.write_bytes(b"x")
+    with pytest.raises(ik.IntreeError, match="not a wheel"):
+        ik.load(other, tmp_path / "x")
+    wheel = tmp_path / "torch-2.15.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("torch/__init__.py", "")
+    with pytest.raises(ik.IntreeError, match="holds no torch/_inductor/kernel/vendored_templates"):
+        ik.load(wheel, tmp_path / "x")
+    broken = tmp_path / "broken.whl"
+    broken.write_bytes(b"not a zip")
+    with pytest.raises(ik.IntreeError, match="not a readable wheel"):
+        ik.load(broken, tmp_path / "x")
+
+
+def test_config_key_names_every_field():
+    cfg = dict(TILE_M=256, TILE_N=128, TILE_K=64, STAGES=2, M_WAVES=2, N_WAVES=2, GROUP_M=4,
+               USE_HALF_TILE_INTERLEAVED=True)
+    assert ik.config_key(cfg) == "it_m256n128k64_w2x2_s2_g4_hti"
+    assert ik.compile_k(cfg) == 64 * 8 and ik.compile_k({**cfg, "STAGES": 6, "TILE_K": 128}) == 128 * 12
+
+
+@pytest.mark.compile
+@pytest.mark.skipif(not (ik.DEFAULT_PATH / ik.KERNELS_SUBDIR).is_dir(), reason="no torch 2.15 in-tree kernels here")
+def test_intree_heuristics_and_one_compiled_loop(tmp_path):
+    """Run in a fresh process (FlyDSL writes the ISA only when it lowers; the loader registers
+    torch's in-tree module name): the autotuning switch off offers the single baseline, on offers
+    the 256x256 HTI tiles at 4096^3, and the baseline compiles to a loop of bf16 MFMAs."""
+    import json
+    import subprocess
+
+    code = f"""
+import json, os, sys
+os.environ.setdefault("ARCH", "gfx950"); os.environ.setdefault("FLYDSL_GPU_ARCH", "gfx950")
+sys.path.insert(0, {str(Path(ik.__file__).parent)!r})
+import intree_kernels as ik, isa_compare
+from pathlib import Path
+it = ik.load()
+off = [ik.config_key(c) for c in it.gemm_configs(4096, 4096, 4096, False)]
+on = [ik.config_key(c) for c in it.gemm_configs(4096, 4096, 4096, True)]
+fn, args = it.dense_compile_args(it.gemm_configs(4096, 4096, 4096, False)[0])
+entry = isa_compare.compile_isa(fn, args, Path({str(tmp_path)!r}))
+cand = isa_compare.make_candidate("intree", off[0], (128, 128, 64, 16, 1), entry, 32)
+print(json.dumps({{"off": off, "on": on, "kinds": dict(cand.kinds), "tiles": cand.metrics.tiles,
+                  "mfma": cand.metrics.mfma}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["off"] == ["it_m128n128k64_w4x4_s2_g0"]
+    assert got["on"] and all(k.startswith("it_m256n256k64_w2x4_s2_") and k.endswith("_hti") for k in got["on"])
+    assert set(got["kinds"]) == {"v_mfma_f32_16x16x32_bf16"}
+    # 128x128x64 over 16 waves: 8 MFMAs per wave per K tile
+    assert got["mfma"] == 8 * got["tiles"] and got["tiles"] >= 1
