@@ -41,14 +41,23 @@ def test_extreme_scales_2_pow_minus_127_and_2_pow_127(formats):
     assert rep.ok, rep
 
 
-def test_nan_and_inf_in_data_and_nan_scales_propagate_like_the_reference():
+def test_extreme_scales_through_chunked_scale_slots():
+    # A curated config with 4-tile scale chunks over 6 K tiles (a steady chunk and a short one):
+    # codes 0 and 254 sit in every position of a chunk slot.
+    cfg = ScaledGemmConfig(32, 32, 128, 1, 2, 3, 0, 4)
+    rep = emulate_scaled(cfg, 30, 40, 6 * 128, ("e4m3", "e2m1"), scale_fn=complementary_extremes, seed=15)
+    assert rep.ok, rep
+
+
+@pytest.mark.parametrize("cfg, k", [(ScaledGemmConfig(32, 32, 128, 1, 2, 2), 256),
+                                    (ScaledGemmConfig(32, 32, 128, 1, 2, 3, 0, 4), 5 * 128)], ids=str)
+def test_nan_and_inf_in_data_and_nan_scales_propagate_like_the_reference(cfg, k):
     """NaN (e4m3 0x7F) in A, +Inf and -Inf (e5m2) in one column of B, an E8M0 0xFF scale in a
     row of A and in a column of B: every NaN, inf and its sign where the reference has them
     (NaN x anything, inf x 0, inf - inf), finite elements within the accuracy contract, and
-    no byte written outside the output."""
+    no byte written outside the output (per-tile scales, and a curated 4-tile scale chunk)."""
     g = torch.Generator().manual_seed(13)
-    m, n, k = 24, 40, 256
-    cfg = ScaledGemmConfig(32, 32, 128, 1, 2, 2)
+    m, n = 24, 40
     a, a_base = mx_matrix(m, k, "e4m3", g, pad=16)
     bt, b_base = mx_matrix(n, k, "e5m2", g, pad=16)
     sa, sa_base = scale_matrix(m, k, g)

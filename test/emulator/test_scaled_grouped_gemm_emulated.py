@@ -110,6 +110,22 @@ def test_every_curated_config(cfg):
     assert rep.ok, rep
 
 
+def test_chunked_scales_over_ragged_and_empty_groups():
+    # A curated 2-tile scale chunk over 5 K tiles (steady chunks and a short last one) in every
+    # group's tiles, empty groups first, between and last, scale codes 2^-27 .. 2^27.
+    cfg = next(c for c in CURATED if c.key() == "mxgrp_m32n16k256_w2x1_s3_g0_c2")
+    rep = emulate_mx_grouped(cfg, [0, 37, 0, 5, 0], n=40, k=5 * 256, spare_rows=3, seed=9, scale_codes=(100, 154))
+    assert rep.ok, rep
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cfg", CURATED, ids=lambda c: c.key())
+def test_every_curated_config_runs_its_steady_loop(cfg):
+    k = cfg.block_k * (2 * cfg.chunk + 1)
+    rep = emulate_mx_grouped(cfg, [cfg.block_m - 3, 0, 5], n=cfg.block_n + 16, k=k, seed=cfg.block_n)
+    assert rep.ok, rep
+
+
 def test_nan_scale_code_poisons_exactly_its_rows_of_its_group():
     from torch_flydsl.templates.scaled_grouped_gemm import run_emulated
 

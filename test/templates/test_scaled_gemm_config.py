@@ -148,6 +148,7 @@ def test_configs_for_splits_fitting_and_declined():
     (64, 4096, "mx_m64n64k128_w2x2_s3_g0_c4"),
     (4096, 4096, "mx_m128n128k128_w2x2_s3_g0_c4"),
     (64, 128, "mx_m64n64k128_w2x2_s3_g0_c4"),
+    (128, 4096, "mx_m32n64k256_w1x4_s3_g0_c2"),
 ])
 def test_autotuning_off_offers_one_curated_config_picked_by_m(m, k, expected):
     fitting, _ = configs_for(ScaledGemmProblem(m, 4096, k, "e4m3", "e2m1"), "baseline")

@@ -277,7 +277,21 @@ def config_fits(cfg: ScaledGemmConfig, problem: ScaledGemmProblem) -> Optional[D
 _BASELINE_BY_M = (
     (32, (ScaledGemmConfig(32, 16, 256, 2, 1, 3, 0, 2), ScaledGemmConfig(32, 64, 256, 1, 4, 3, 0, 2))),
     (64, (ScaledGemmConfig(64, 64, 128, 2, 2, 3, 0, 4),)),
+    (128, (ScaledGemmConfig(32, 64, 256, 1, 4, 3, 0, 2), ScaledGemmConfig(64, 64, 128, 2, 2, 3, 0, 4))),
 )
+
+# Curated configs that may run at one wave per SIMD, and why (the schedule goldens hold every
+# other curated config to >= 2 waves per SIMD). All are tiles for M >= 256.
+ONE_WAVE_PER_SIMD = {
+    "mx_m128n128k128_w2x2_s3_g0_c4": "FP8: 3 stages of 32 KiB + scale slots (104 KiB) leave LDS for one "
+                                     "workgroup of 4 waves per CU; the 2-workgroup 128x64 / 64x128 tiles are its "
+                                     "alternatives",
+    "mx_m128n128k128_w2x2_s3_g8_c4": "as mx_m128n128k128_w2x2_s3_g0_c4",
+    "mx_m128n128k128_w2x2_s3_g0_c2": "as mx_m128n128k128_w2x2_s3_g0_c4 (the grouped family's chunk of 2)",
+    "mx_m256n128k128_w2x2_s3_g8_c4": "by design: 4 waves of 128x64 outputs each read 12 operand rows per 32 "
+                                     "MFMAs, the fewest LDS bytes per MFMA of the curated tiles (its 8-wave twin "
+                                     "mx_m256n128k128_w4x2_s3_g8_c4 holds 2 waves per SIMD)",
+}
 
 
 def baseline_for(problem: ScaledGemmProblem) -> ScaledGemmConfig:

@@ -1,0 +1,209 @@
+"""The MX scaled GEMM kernels' main K loop, per curated config and format, from their gfx950 ISA:
+recorded with expecttest so that a schedule change shows up in review as a diff of per-tile
+MFMAs, DMAs (and how many sit between MFMAs), waits, barriers, branches and resources; and
+issue 20's checks for the MX families asserted for every config.
+
+Dense MX: every curated config with MXFP8 (e4m3 x e4m3) and MXFP4 (e2m1 x e2m1) operands; grouped:
+every curated MXFP8 grouped config. Each set compiles in one fresh process (FlyDSL writes the ISA
+only when it lowers a kernel); counts are defined in ``torch_flydsl/runtime/isa.py``. One loop
+iteration is one scale chunk of ``chunk`` K tiles (the pipeline unrolls them), so counts are per
+K tile. Recorded with flydsl 0.5.0 (skipped with other releases). Re-record with
+EXPECTTEST_ACCEPT=1.
+"""
+
+import json
+import os
+
+import pytest
+from expecttest import assert_expected_inline
+
+from torch_flydsl.runtime.probe import flydsl_info
+
+from rendered_kit import summary_in_subprocess
+
+pytestmark = [
+    pytest.mark.compile,
+    pytest.mark.skipif(flydsl_info().version != "0.5.0", reason="goldens recorded with flydsl 0.5.0"),
+]
+
+MIN_STEADY_K_TILES = 4  # issue 20: the checks apply where a workgroup runs >= 4 K tiles
+
+
+def _isa_of(jit_fn, args, dump_dir):
+    import contextlib
+    import io
+    from pathlib import Path
+
+    from torch_flydsl.runtime.compile import compile_gfx950
+
+    os.environ.update(FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=str(dump_dir))
+    with contextlib.redirect_stdout(io.StringIO()):  # FlyDSL prints a line per dumped pass
+        ck = compile_gfx950(jit_fn, *args)
+    (isa,) = Path(dump_dir).glob("**/*final_isa.s")
+    return ck.kernels[0], isa.read_text().splitlines()
+
+
+def _facts(cfg, kernel, lines):
+    from torch_flydsl.runtime.isa import loop_metrics
+
+    per_tile = (cfg.block_m // 16) * (cfg.block_n // 16) * cfg.steps / cfg.waves
+    m = loop_metrics(lines, per_tile)
+    waves = kernel.waves_per_simd(cfg.threads)
+    line = (f"{m.summary() if m else 'no main loop'}; vgpr {kernel.vgpr} agpr {kernel.agpr} lds {kernel.lds_bytes} "
+            f"spills {kernel.vgpr_spill + kernel.sgpr_spill} scratch {kernel.scratch_bytes}; {waves} waves/SIMD")
+    facts = {"line": line, "waves": waves, "spills": kernel.vgpr_spill + kernel.sgpr_spill,
+             "scratch": kernel.scratch_bytes, "loop": m is not None}
+    if m is not None:
+        facts.update(vmcnt=list(m.vmcnt), dma=m.dma, between=m.dma_between, branches=m.extra_branches)
+    return facts
+
+
+def render(family: str, fmt: str, dump_dir: str) -> str:
+    """Run in the fresh process: every curated config's loop facts (512 x 512 x 8 K tiles; sizes
+    are runtime values, so the loop is the same for every shape)."""
+    from pathlib import Path
+
+    import torch
+
+    from torch_flydsl.templates.scaled_gemm.problem import DTYPE_OF_FORMAT, FORMATS, SCALE_DTYPE
+
+    f = FORMATS[fmt]
+    out = []
+    if family == "dense":
+        from torch_flydsl.templates.scaled_gemm import compile_args, search_space
+
+        for cfg in search_space("curated"):
+            m = n = 512
+            k = 8 * cfg.block_k
+            a = torch.empty(m, f.row_bytes(k), dtype=torch.uint8).view(DTYPE_OF_FORMAT[fmt])
+            b = torch.empty(n, f.row_bytes(k), dtype=torch.uint8).view(DTYPE_OF_FORMAT[fmt]).t()
+            sa = torch.empty(m, k // 32, dtype=torch.uint8).view(SCALE_DTYPE)
+            sb = torch.empty(n, k // 32, dtype=torch.uint8).view(SCALE_DTYPE)
+            jit_fn, args = compile_args(cfg, a, b, sa, sb, torch.empty(m, n, dtype=torch.bfloat16))
+            kernel, lines = _isa_of(jit_fn, args, Path(dump_dir) / cfg.key())
+            out.append({"config": cfg.key(), **_facts(cfg, kernel, lines)})
+    else:
+        from torch_flydsl.templates.scaled_grouped_gemm.config import search_space
+        from torch_flydsl.templates.scaled_grouped_gemm.launcher import compile_args
+
+        for cfg in search_space("curated"):
+            tokens, n, groups = 512, 512, 8
+            k = 8 * cfg.block_k
+            a = torch.empty(tokens, k, dtype=torch.uint8).view(DTYPE_OF_FORMAT[fmt])
+            b = torch.empty(groups, n, k, dtype=torch.uint8).view(DTYPE_OF_FORMAT[fmt]).transpose(1, 2)
+            sa = torch.empty(tokens, k // 32, dtype=torch.uint8).view(SCALE_DTYPE)
+            sb = torch.empty(groups, n * k // 32, dtype=torch.uint8).view(SCALE_DTYPE)
+            offs = torch.arange(1, groups + 1, dtype=torch.int32) * (tokens // groups)
+            jit_fn, args = compile_args(cfg, a, b, sa, sb, offs, torch.empty(tokens, n, dtype=torch.bfloat16))
+            kernel, lines = _isa_of(jit_fn, args, Path(dump_dir) / cfg.key())
+            out.append({"config": cfg.key(), **_facts(cfg, kernel, lines)})
+    return json.dumps(out)
+
+
+@pytest.fixture(scope="module")
+def loops(tmp_path_factory):
+    sets = {}
+    for family, fmt in (("dense", "e4m3"), ("dense", "e2m1"), ("grouped", "e4m3")):
+        d = tmp_path_factory.mktemp(f"isa_{family}_{fmt}")
+        sets[family, fmt] = json.loads(summary_in_subprocess(__file__, "render", (family, fmt), d))
+    return sets
+
+
+def lines(rows):
+    return "\n".join(f"{r['config']}: {r['line']}" for r in rows)
+
+
+def test_every_curated_config_is_reported_with_a_main_loop(loops):
+    from torch_flydsl.templates.scaled_gemm import search_space
+    from torch_flydsl.templates.scaled_grouped_gemm.config import search_space as grouped_space
+
+    for (family, _), rows in loops.items():
+        space = search_space("curated") if family == "dense" else grouped_space("curated")
+        assert [r["config"] for r in rows] == [c.key() for c in space]
+        assert all(r["loop"] for r in rows), lines(rows)
+
+
+def test_mxfp8_main_loop_of_every_curated_config(loops):
+    assert_expected_inline(lines(loops["dense", "e4m3"]), """\
+mx_m128n128k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 16, dma 9 (9 between mfma), vmcnt [8,12,8,8], lgkmcnt x27, barrier 1, branches 0+1, salu 23.25; mfma-free run 82, loop 550 instrs; vgpr 232 agpr 0 lds 106496 spills 0 scratch 0; 1 waves/SIMD
+mx_m32n16k256_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 7 (5 between mfma), vmcnt [6,8], lgkmcnt x4, barrier 1, branches 0+1, salu 28.5; mfma-free run 106, loop 173 instrs; vgpr 102 agpr 0 lds 38912 spills 0 scratch 0; 2 waves/SIMD
+mx_m16n32k256_w1x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 7 (5 between mfma), vmcnt [6,8], lgkmcnt x4, barrier 1, branches 0+1, salu 28.5; mfma-free run 79, loop 173 instrs; vgpr 102 agpr 0 lds 38912 spills 0 scratch 0; 2 waves/SIMD
+mx_m32n32k128_w1x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 2, dma 4.5 (3.75 between mfma), vmcnt [4,6,4,4], lgkmcnt x7, barrier 1, branches 0+1, salu 16.75; mfma-free run 90, loop 244 instrs; vgpr 114 agpr 0 lds 26624 spills 0 scratch 0; 3 waves/SIMD
+mx_m32n64k256_w1x4_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 7 (6 between mfma), vmcnt [6,8], lgkmcnt x6, barrier 1, branches 0+1, salu 28.5; mfma-free run 80, loop 194 instrs; vgpr 128 agpr 0 lds 77824 spills 0 scratch 0; 2 waves/SIMD
+mx_m64n64k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 4.5 (4.25 between mfma), vmcnt [4,6,4,4], lgkmcnt x12, barrier 1, branches 0+1, salu 17.75; mfma-free run 93, loop 282 instrs; vgpr 122 agpr 0 lds 53248 spills 0 scratch 0; 3 waves/SIMD
+mx_m64n128k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 6.75 (6.5 between mfma), vmcnt [6,9,6,6], lgkmcnt x20, barrier 1, branches 0+1, salu 23.5; mfma-free run 95, loop 409 instrs; vgpr 168 agpr 0 lds 79872 spills 0 scratch 0; 2 waves/SIMD
+mx_m128n64k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 6.75 (6.5 between mfma), vmcnt [6,9,6,6], lgkmcnt x20, barrier 1, branches 0+1, salu 23.5; mfma-free run 95, loop 411 instrs; vgpr 174 agpr 0 lds 79872 spills 0 scratch 0; 2 waves/SIMD
+mx_m128n128k128_w2x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 9 (9 between mfma), vmcnt [8,12,8,8], lgkmcnt x27, barrier 1, branches 0+1, salu 23.25; mfma-free run 82, loop 550 instrs; vgpr 232 agpr 0 lds 106496 spills 0 scratch 0; 1 waves/SIMD
+mx_m256n128k128_w2x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 32, dma 13.5 (13.5 between mfma), vmcnt [12,18,12,12], lgkmcnt x22, barrier 1, branches 0+1, salu 32.25; mfma-free run 164, loop 994 instrs; vgpr 440 agpr 184 lds 159744 spills 0 scratch 0; 1 waves/SIMD
+mx_m256n128k128_w4x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 6.75 (6.75 between mfma), vmcnt [6,9,6,6], lgkmcnt x27, barrier 1, branches 0+1, salu 24.5; mfma-free run 84, loop 504 instrs; vgpr 232 agpr 0 lds 159744 spills 0 scratch 0; 2 waves/SIMD
+mx_m128n256k128_w2x4_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 6.75 (6.75 between mfma), vmcnt [6,9,6,6], lgkmcnt x25, barrier 1, branches 0+1, salu 23.5; mfma-free run 83, loop 498 instrs; vgpr 232 agpr 0 lds 159744 spills 0 scratch 0; 2 waves/SIMD""")
+
+
+def test_mxfp4_main_loop_of_every_curated_config(loops):
+    assert_expected_inline(lines(loops["dense", "e2m1"]), """\
+mx_m128n128k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 16, dma 5 (5 between mfma), vmcnt [4,8,4,4], lgkmcnt x22, barrier 1, branches 0+1, salu 19.75; mfma-free run 85, loop 391 instrs; vgpr 176 agpr 0 lds 57344 spills 0 scratch 0; 2 waves/SIMD
+mx_m32n16k256_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 4 (3 between mfma), vmcnt [3,5], lgkmcnt x4, barrier 1, branches 0+1, salu 25.5; mfma-free run 80, loop 127 instrs; vgpr 68 agpr 0 lds 20480 spills 0 scratch 0; 4 waves/SIMD
+mx_m16n32k256_w1x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 4 (3 between mfma), vmcnt [3,5], lgkmcnt x4, barrier 1, branches 0+1, salu 24.5; mfma-free run 64, loop 125 instrs; vgpr 68 agpr 0 lds 20480 spills 0 scratch 0; 4 waves/SIMD
+mx_m32n32k128_w1x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 2, dma 2.5 (2 between mfma), vmcnt [2,4,2,2], lgkmcnt x8, barrier 1, branches 0+1, salu 14.75; mfma-free run 79, loop 180 instrs; vgpr 84 agpr 0 lds 14336 spills 0 scratch 0; 5 waves/SIMD
+mx_m32n64k256_w1x4_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 4 (3.5 between mfma), vmcnt [3,5], lgkmcnt x6, barrier 1, branches 0+1, salu 24.5; mfma-free run 64, loop 138 instrs; vgpr 80 agpr 0 lds 40960 spills 0 scratch 0; 4 waves/SIMD
+mx_m64n64k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 2.5 (2.25 between mfma), vmcnt [2,4,2,2], lgkmcnt x12, barrier 1, branches 0+1, salu 15.75; mfma-free run 94, loop 208 instrs; vgpr 94 agpr 0 lds 28672 spills 0 scratch 0; 5 waves/SIMD
+mx_m64n128k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x17, barrier 1, branches 0+1, salu 20.25; mfma-free run 86, loop 302 instrs; vgpr 134 agpr 0 lds 43008 spills 0 scratch 0; 3 waves/SIMD
+mx_m128n64k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x13, barrier 1, branches 0+1, salu 21.25; mfma-free run 109, loop 307 instrs; vgpr 138 agpr 0 lds 43008 spills 0 scratch 0; 3 waves/SIMD
+mx_m128n128k128_w2x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 5 (5 between mfma), vmcnt [4,8,4,4], lgkmcnt x22, barrier 1, branches 0+1, salu 19.75; mfma-free run 85, loop 391 instrs; vgpr 176 agpr 0 lds 57344 spills 0 scratch 0; 2 waves/SIMD
+mx_m256n128k128_w2x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 32, dma 7.5 (7.5 between mfma), vmcnt [6,12,6,6], lgkmcnt x18, barrier 1, branches 0+1, salu 26.25; mfma-free run 116, loop 697 instrs; vgpr 366 agpr 110 lds 86016 spills 0 scratch 0; 1 waves/SIMD
+mx_m256n128k128_w4x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x18, barrier 1, branches 0+1, salu 21.5; mfma-free run 83, loop 365 instrs; vgpr 164 agpr 0 lds 86016 spills 0 scratch 0; 2 waves/SIMD
+mx_m128n256k128_w2x4_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x18, barrier 1, branches 0+1, salu 20.5; mfma-free run 81, loop 362 instrs; vgpr 162 agpr 0 lds 86016 spills 0 scratch 0; 2 waves/SIMD""")
+
+
+def test_mxfp8_grouped_main_loop_of_every_curated_config(loops):
+    assert_expected_inline(lines(loops["grouped", "e4m3"]), """\
+mxgrp_m128n128k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 16, dma 9 (9 between mfma), vmcnt [8,10], lgkmcnt x11, barrier 1, branches 0+1, salu 28; mfma-free run 86, loop 282 instrs; vgpr 242 agpr 0 lds 102400 spills 0 scratch 0; 1 waves/SIMD
+mxgrp_m32n16k256_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 7 (5 between mfma), vmcnt [6,8], lgkmcnt x4, barrier 1, branches 0+1, salu 27; mfma-free run 122, loop 174 instrs; vgpr 116 agpr 0 lds 38912 spills 0 scratch 0; 2 waves/SIMD
+mxgrp_m16n32k256_w1x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 7 (5 between mfma), vmcnt [6,8], lgkmcnt x4, barrier 1, branches 0+1, salu 27; mfma-free run 105, loop 174 instrs; vgpr 118 agpr 0 lds 38912 spills 0 scratch 0; 2 waves/SIMD
+mxgrp_m32n32k128_w1x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 5 (3.5 between mfma), vmcnt [4,6], lgkmcnt x4, barrier 1, branches 0+1, salu 22; mfma-free run 97, loop 146 instrs; vgpr 104 agpr 0 lds 26624 spills 0 scratch 0; 3 waves/SIMD
+mxgrp_m32n64k256_w1x4_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 7 (6 between mfma), vmcnt [6,8], lgkmcnt x6, barrier 1, branches 0+1, salu 27; mfma-free run 108, loop 195 instrs; vgpr 148 agpr 0 lds 77824 spills 0 scratch 0; 2 waves/SIMD
+mxgrp_m64n64k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 5 (4.5 between mfma), vmcnt [4,6], lgkmcnt x6, barrier 1, branches 0+1, salu 23; mfma-free run 87, loop 163 instrs; vgpr 126 agpr 0 lds 53248 spills 0 scratch 0; 3 waves/SIMD
+mxgrp_m64n128k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 8, dma 7 (6.5 between mfma), vmcnt [6,8], lgkmcnt x10, barrier 1, branches 0+1, salu 29; mfma-free run 98, loop 227 instrs; vgpr 188 agpr 0 lds 77824 spills 0 scratch 0; 2 waves/SIMD
+mxgrp_m128n64k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 8, dma 7 (6.5 between mfma), vmcnt [6,8], lgkmcnt x9, barrier 1, branches 0+1, salu 29; mfma-free run 98, loop 226 instrs; vgpr 180 agpr 0 lds 77824 spills 0 scratch 0; 2 waves/SIMD""")
+
+
+def problems(row, reasons) -> list[str]:
+    """Issue 20's MX checks for one config and format, as the reasons it fails them: no
+    ``vmcnt(0)`` in the main loop, at least half its DMAs between MFMAs, no branch besides the
+    back edge, no spills or scratch, and >= 2 waves per SIMD unless ``reasons`` says why not
+    (decode tiles, block_m <= 64, never get a reason)."""
+    p = []
+    if 0 in row["vmcnt"]:
+        p.append(f"vmcnt(0) in the loop (waits {row['vmcnt']})")
+    if 2 * row["between"] < row["dma"]:
+        p.append(f"{row['between']} of {row['dma']} DMAs between MFMAs")
+    if row["branches"]:
+        p.append(f"{row['branches']} branch(es) besides the back edge")
+    if row["spills"] or row["scratch"]:
+        p.append("spills or scratch")
+    key = row["config"].replace("mxgrp_", "mx_")
+    block_m = int(key.split("_m")[1].split("n")[0])
+    if row["waves"] < 2 and (block_m <= 64 or key not in reasons):
+        p.append(f"{row['waves']} wave(s) per SIMD and no stated reason")
+    return p
+
+
+def test_issue_20_checks_hold_for_every_curated_mx_config(loops):
+    """Every curated config runs >= 4 K tiles on the issue's shapes (K = 4096, block_k <= 256)."""
+    from torch_flydsl.templates.scaled_gemm import search_space
+    from torch_flydsl.templates.scaled_gemm.config import ONE_WAVE_PER_SIMD
+
+    assert all(4096 // c.block_k >= MIN_STEADY_K_TILES and c.chunk > 1 for c in search_space("curated"))
+    failing = {f"{family} {fmt} {r['config']}": problems(r, ONE_WAVE_PER_SIMD)
+               for (family, fmt), rows in loops.items() for r in rows}
+    failing = {k: v for k, v in failing.items() if v}
+    assert not failing, "\n".join(f"{k}: {'; '.join(v)}" for k, v in failing.items())
+
+
+def test_a_big_tile_is_offered_for_m_2048_and_up():
+    from torch_flydsl.templates.scaled_gemm import ScaledGemmProblem, configs_for
+
+    for fmt in ("e4m3", "e2m1"):
+        for m in (2048, 8192):
+            fitting, _ = configs_for(ScaledGemmProblem(m, 4096, 4096, fmt, fmt), "curated")
+            assert any(c.block_m * c.block_n >= 256 * 128 and c.stages >= 3 for c in fitting), (fmt, m)
