@@ -121,7 +121,6 @@ class RegisterCost:
     skip_per_step: int  # cycles of one loop step with no merge
     merge_per_chunk: float  # cycles of one chunk's merge region
     per_row: int  # cycles outside every loop (setup, butterfly, store)
-    vgpr: int
 
 
 def register_cost(lines) -> RegisterCost:
@@ -144,7 +143,7 @@ def register_cost(lines) -> RegisterCost:
     in_loops = {i.line for lp in lps for i in lp.instructions}
     outside = total(i for i in instrs if i.line not in in_loops)
     chunks = sum(i.op.startswith("buffer_load") for i in main.instructions)
-    return RegisterCost(chunks, skip, sum(map(total, regions)) / max(len(regions), 1), outside, 0)
+    return RegisterCost(chunks, skip, sum(map(total, regions)) / max(len(regions), 1), outside)
 
 
 @dataclass
@@ -261,7 +260,6 @@ def main(argv=None) -> int:
             for k in ks:
                 got = {}
                 for alg in ("register", "radix"):
-                    cfg, kr, lines = None, None, None
                     from torch_flydsl.templates.topk.config import radix_for, register_for
                     from torch_flydsl.templates.topk.launcher import checked_problem
 

@@ -13,12 +13,37 @@ def plugin_policy(monkeypatch):
     monkeypatch.setenv("TORCH_FLYDSL_INTREE_POLICY", "plugin")
 
 
+def explain_json(capsys, *args):
+    assert main(["explain", "topk", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def test_explain_topk_offers_the_config_the_eager_path_uses(capsys):
-    assert main(["explain", "topk", "64", "4096", "8", "--json"]) == 0
-    r = json.loads(capsys.readouterr().out)
-    assert r["op"] == "topk" and r["offered"] == ["topk_t256_kp8"]
+    r = explain_json(capsys, "64", "4096", "8")
+    assert r["op"] == "topk" and r["offered"] == ["topk_t128_kp8_reg"]
     assert r["problem"]["rows"] == 64 and r["problem"]["n"] == 4096 and r["problem"]["k"] == 8
     assert r["problem"]["dtype"] == "float32" and r["problem"]["largest"] is True
+    assert r["algorithm"] == "register" and r["algorithm_reason"].startswith("k=8 <= 16: a wave per row")
+
+
+def test_explain_topk_names_the_radix_kernel_above_k_16_and_what_deterministic_mode_changes(capsys):
+    import torch
+
+    r = explain_json(capsys, "64", "4096", "17")
+    assert r["offered"] == ["topk_t256_kp32"] and r["algorithm"] == "radix"
+    assert r["algorithm_reason"].startswith("k=17 > 16: the register kernel keeps at most 16 candidates per lane")
+    assert "lane-strided" in r["ties"] and r["problem"]["deterministic"] is False
+    torch.use_deterministic_algorithms(True)
+    try:
+        r = explain_json(capsys, "64", "4096", "17")
+        reg = explain_json(capsys, "64", "4096", "16")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert r["problem"]["deterministic"] is True and "index order" in r["ties"]
+    assert reg["algorithm"] == "register" and reg["ties"].startswith("ties in index order in both modes")
+    # under autotuning both kernels are offered where both fit
+    r = explain_json(capsys, "64", "4096", "16", "--breadth", "curated")
+    assert r["offered"] == ["topk_t128_kp16_reg", "topk_t256_kp16", "topk_t512_kp16"] and r["algorithm"] == "register"
 
 
 def test_explain_topk_table_and_declines(capsys):

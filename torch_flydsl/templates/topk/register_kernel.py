@@ -122,7 +122,7 @@ def build(spec: RegisterSpec):
     WAVES = T // WAVE
     K = cfg.k_pad
     VEC = spec.vec
-    G = min(K, VEC)  # chunk elements sorted and merged together
+    G = min(K, VEC, 4)  # chunk elements sorted and merged together (8 at a time: SGPR spills at k_pad 16)
     STEP = WAVE * VEC  # elements per chunk (all lanes)
     LARGEST = spec.largest
     elem = getattr(fx, _FX_DTYPE[spec.dtype])
