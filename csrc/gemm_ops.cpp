@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -104,8 +105,20 @@ std::mutex ws_mu;
 std::map<std::pair<int, uintptr_t>, Tensor> workspaces;
 std::vector<Tensor> outgrown;  // a launch in flight (or a captured graph) may still use them
 
+bool capturing(void* stream) {
+  const HipApi* hip = hip_api(nullptr);
+  int status = 0;
+  return hip && hip->stream_is_capturing && hip->stream_is_capturing(stream, &status) == 0 && status != 0;
+}
+
+// One made while the stream is captured is zeroed by a node of that graph only (and lives in its
+// memory pool): it serves that call, is kept for the graph's replays, and is never reused.
 Tensor workspace(const Tensor& like, int64_t need, void* stream) {
   std::lock_guard<std::mutex> g(ws_mu);
+  if (capturing(stream)) {
+    outgrown.push_back(like.new_zeros({need}, like.options().dtype(at::kFloat)));
+    return outgrown.back();
+  }
   auto key = std::make_pair(static_cast<int>(like.device().index()), reinterpret_cast<uintptr_t>(stream));
   auto it = workspaces.find(key);
   if (it == workspaces.end() || it->second.numel() < need) {
@@ -497,6 +510,25 @@ TORCH_LIBRARY_IMPL(torch_flydsl_native, CompositeExplicitAutograd, m) {
   m.impl("grouped_mm_out_on_stream", torch::CppFunction::makeFromBoxedFunction<&tfn::on_stream_op<tfn::kGroupedMm>>());
   m.impl("device_path_dense_mm_out", torch::CppFunction::makeFromBoxedFunction<&tfn::device_op<tfn::kDenseMm>>());
 }
+
+// A process without Python (a C++ runner of an AOTInductor package that loads this library)
+// has nobody to define the plugin's ops: define them here, with the schemas the families give
+// (test/native/test_native_pieces.py checks they match). With Python, ``import torch`` has
+// defined them before this library loads (ops.register loads it), and this does nothing.
+struct DefinedWithoutPython {
+  std::unique_ptr<torch::Library> lib;
+  DefinedWithoutPython() {
+    if (c10::Dispatcher::singleton().findSchema({"torch_flydsl::dense_mm_out", ""})) return;
+    lib = std::make_unique<torch::Library>(torch::Library::FRAGMENT, "torch_flydsl", std::nullopt, __FILE__, __LINE__);
+    lib->def("dense_mm_out(Tensor a, Tensor b, *, str cfg, Tensor(a!) out) -> ()");
+    lib->def("dense_addmm_out(Tensor bias, Tensor a, Tensor b, *, float alpha=1.0, float beta=1.0, str cfg, "
+             "Tensor(a!) out) -> ()");
+    lib->def("scaled_mm_out(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, *, str cfg, "
+             "Tensor(a!) out) -> ()");
+    lib->def("grouped_mm_out(Tensor a, Tensor b, Tensor? offs=None, *, str cfg, Tensor(a!) out) -> ()");
+  }
+};
+static DefinedWithoutPython defined_without_python;  // before the CUDA kernels below register
 
 // ROCm builds of torch dispatch HIP tensors under the CUDA key.
 TORCH_LIBRARY_IMPL(torch_flydsl, CUDA, m) {

@@ -48,6 +48,7 @@ Opened open_hip() {
   o.api.module_get_function = reinterpret_cast<decltype(o.api.module_get_function)>(sym("hipModuleGetFunction"));
   o.api.module_launch_kernel = reinterpret_cast<decltype(o.api.module_launch_kernel)>(sym("hipModuleLaunchKernel"));
   o.api.get_error_string = reinterpret_cast<decltype(o.api.get_error_string)>(sym("hipGetErrorString"));
+  o.api.stream_is_capturing = reinterpret_cast<decltype(o.api.stream_is_capturing)>(sym("hipStreamIsCapturing"));
   if (!o.api.module_load_data || !o.api.module_get_function || !o.api.module_launch_kernel) {
     o.why = o.api.path + " lacks hipModuleLoadData, hipModuleGetFunction or hipModuleLaunchKernel";
     return o;

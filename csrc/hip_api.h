@@ -17,6 +17,7 @@ struct HipApi {
   hipError_t (*module_launch_kernel)(hipFunction_t, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                      unsigned, hipStream_t, void**, void**);
   const char* (*get_error_string)(hipError_t);  // may be null
+  hipError_t (*stream_is_capturing)(hipStream_t, int*);  // may be null; *status != 0: capturing
   std::string path;                             // the library that was opened
   std::string describe(hipError_t e) const;
 };

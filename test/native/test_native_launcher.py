@@ -129,3 +129,24 @@ def test_a_code_object_others_could_write_is_refused(native, tmp_path):
     with pytest.raises(RuntimeError, match="writable by group or others"):
         native_call(case, STREAM)
     assert "1 code objects" in torch.ops.torch_flydsl_native.status()
+
+
+def test_without_python_the_library_defines_the_ops_itself(native):
+    """A process that never imported the plugin (a C++ runner of an exported package) gets the
+    GEMM ops' schemas and their ROCm kernels from the library alone."""
+    import subprocess
+    import sys
+
+    lib, _, _ = native
+    probe = ("import torch, sys; torch.ops.load_library(sys.argv[1]); "
+             "print(torch._C._dispatch_has_kernel_for_dispatch_key('torch_flydsl::grouped_mm_out', 'CUDA')); "
+             "print(torch.ops.torch_flydsl.dense_addmm_out.default._schema)")
+    env = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", probe, str(lib)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    has_kernel, schema = done.stdout.split("\n")[:2]
+    assert has_kernel == "True"
+    from torch_flydsl import ops
+
+    expected = "torch_flydsl::dense_addmm_out" + ops.custom_ops()["dense_addmm_out"][1].schema
+    assert torch._C.parse_schema(schema) == torch._C.parse_schema(expected)

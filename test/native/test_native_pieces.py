@@ -93,7 +93,7 @@ def test_the_loader_says_why_nothing_is_loaded(monkeypatch):
 
 def _cpp_schemas() -> dict:
     text = (build.source_dir() / "gemm_ops.cpp").read_text()
-    defs = re.findall(r'm\.def\(((?:\s*"[^"]*")+)\s*\)', text)
+    defs = re.findall(r'(?:m\.|lib->)def\(((?:\s*"[^"]*")+)\s*[,)]', text)
     joined = ["".join(re.findall(r'"([^"]*)"', d)) for d in defs]
     return {s.split("(", 1)[0]: s[len(s.split("(", 1)[0]):] for s in joined}
 
@@ -107,3 +107,28 @@ def test_the_raw_stream_entries_take_each_ops_schema_plus_a_stream():
         assert op.schema.endswith(") -> ()"), op.schema
         assert cpp[f"{name}_on_stream"] == op.schema[: -len(") -> ()")] + ", int stream) -> ()", name
     assert cpp["device_path_dense_mm_out"] == ops.custom_ops()["dense_mm_out"][1].schema
+    for name in build.SERVED_OPS:  # what the library defines where no Python did
+        assert cpp[name] == ops.custom_ops()[name][1].schema, name
+
+
+@pytest.mark.compile
+def test_export_writes_the_specs_units_under_the_manifests_ids(tmp_path):
+    """``native export`` gives every unit precompile plans for a spec one code object, under the id
+    the manifest uses, with the kernel's name and the config's launch numbers."""
+    import json
+
+    from torch_flydsl.deploy.precompile import plan_units
+    from torch_flydsl.deploy.spec import SHAPES_FORMAT, load
+
+    spec_path = tmp_path / "shapes.json"
+    spec_path.write_text(json.dumps({"format": SHAPES_FORMAT, "version": 1, "breadth": "baseline", "shapes": [
+        {"op": "mm", "dtype": "bfloat16", "layout": "nt", "bias": True, "m": 64, "n": 1024, "k": 4096}]}))
+    spec = load(spec_path)
+    done, failed = export.export(spec, tmp_path / "cache")
+    assert done == sorted(plan_units(spec)[0]) and not failed
+    (line,) = (tmp_path / "cache" / "native" / "index.tsv").read_text().splitlines()[1:]
+    uid, family_cfg, file, size, kernel, params = line.split("\t")
+    image = (tmp_path / "cache" / "native" / file).read_bytes()
+    assert uid == done[0] and family_cfg == "dense_gemm/" + uid.split("/")[1] and int(size) == len(image)
+    assert image[:4] == b"\x7fELF" and kernel.encode() in image
+    assert "block_m=" in params and "threads=" in params
