@@ -88,12 +88,15 @@ def test_without_the_plugins_ops_loading_fails_naming_them(package):
 
 
 def test_cpp_wrapper_compile_calls_the_flydsl_ops_and_matches_eager(package):
+    # With the policy "defer" and torch's in-tree backend planted as serving every op: it offers
+    # nothing under a C++ wrapper (torch 2.15), so the plugin must serve anyway.
     workdir, _ = package
-    r = step("cpp_wrapper", workdir, EMULATOR)
+    r = step("cpp_wrapper", workdir, {**EMULATOR, "TORCH_FLYDSL_INTREE_POLICY": "defer", "AOTI_STEPS_INTREE": "planted"})
     # torch 2.13+ call the dispatcher from C++; 2.11 calls back into Python for the op.
     called = sorted(set(re.findall(r"torch_flydsl(?:::|\.)(\w+_out)", r["code"])))
     assert called == ["dense_addmm_out", "grouped_mm_out"], called
     assert "findSchemaOrThrow" in r["code"] or "PyObject_CallObject" in r["code"]
+    assert all(r["deferred"].values()), r["deferred"]  # the plant works: outside C++ wrappers, deferred
     assert r["max_rel_err"] < BF16_TOLERANCE, r
 
 
@@ -263,12 +266,21 @@ def cpp_wrapper(workdir: Path) -> dict:
 
     torch_flydsl.enable()
     force_flydsl_to_win()
+    if os.environ.get("AOTI_STEPS_INTREE") == "planted":
+        from torch_flydsl.runtime import intree
+
+        gemm_ops = [op for op, kind in intree.INTREE_OPS.items() if kind == "inductor"]
+        intree.serves = lambda op, *a, **k: f"in-tree serves {op} (planted stand-in)" if op in gemm_ops else None
     model, x = make_model()
     io = torch.load(workdir / "io.pt")
     assert torch.equal(x, io["x"])
     with torch.no_grad(), ic.patch(cpp_wrapper=True, max_autotune=True, max_autotune_gemm_backends=BACKENDS):
         out, code = run_and_get_code(torch.compile(model), x)
-    return {"max_rel_err": rel_err(out, io["eager"]), "code": "\n".join(code)}
+    from torch_flydsl.serving import deferral
+
+    # What a Python-wrapper graph would do with each GEMM op here (None: not deferred).
+    deferred = {op: deferral(op, "cpu", 0) for op in ("mm", "grouped_mm")}
+    return {"max_rel_err": rel_err(out, io["eager"]), "code": "\n".join(code), "deferred": deferred}
 
 
 def mx_case():
