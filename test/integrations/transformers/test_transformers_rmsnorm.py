@@ -1,12 +1,13 @@
 """transformers' RMSNorm layers on FlyDSL through ``torch_flydsl.integrations.transformers``
 (the ``kernels`` package's kernel-layer mapping, an in-process repository: no download).
 
-A tiny Llama built from a config (random weights) is kernelized; in the emulator its five
-RMSNorm calls per forward run the FlyDSL kernel and the logits match the model's own forward
+A tiny Llama built from a config (random weights) is kernelized; in the emulator its
+RMSNorm calls run the FlyDSL kernel and the logits match the model's own forward
 (``torch_flydsl.disabled()``, bit-equal to the un-kernelized model), with and without autograd
-(the backward is PyTorch's formula); ineligible calls and classes keep their forward with a
-reason. Runs where transformers and kernels are installed (``scripts/vllm_hook_test.sh``'s
-venv installs both); skips elsewhere. Each case runs in a fresh process: the overrides are
+(the backward is PyTorch's formula); a GptOss norm (Olmo2's formula) is served too; a
+NemotronH norm (another formula) and ineligible calls keep their forward with a reason. Runs
+where transformers and kernels are installed (``scripts/vllm_hook_test.sh``'s venv installs
+both); skips elsewhere. Each case runs in a fresh process: the overrides are
 registered at import for the keys the process's executor allows."""
 
 import json
@@ -59,10 +60,16 @@ def run(body: str, env: dict, timeout=900):
 def test_llama_rmsnorm_calls_run_flydsl_in_the_emulator_and_match_the_models_forward():
     r = run("""
         from transformers.models.gpt_oss.modeling_gpt_oss import GptOssRMSNorm
+        from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHRMSNorm
         ids = torch.randint(0, 128, (2, 7), generator=torch.Generator().manual_seed(1))
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
             m = llama(dtype)
-            m.model.layers[1].post_attention_layernorm = GptOssRMSNorm(64).to(dtype)  # another formula
+            # Olmo2's formula (weight times fp32, then cast): served; NemotronH's: its own code
+            m.model.layers[0].post_attention_layernorm = GptOssRMSNorm(64).to(dtype)
+            m.model.layers[1].post_attention_layernorm = NemotronHRMSNorm(64).to(dtype)
+            with torch.no_grad():
+                for layer in m.model.layers:
+                    layer.post_attention_layernorm.weight.normal_()
             with torch.no_grad():
                 before = m(ids).logits
             flydsl_tf.kernelize(m)
@@ -75,6 +82,10 @@ def test_llama_rmsnorm_calls_run_flydsl_in_the_emulator_and_match_the_models_for
                 theirs = m(ids).logits
             out[name + "_disabled_is_the_models_forward"] = torch.equal(theirs, before)
             out[name + "_rel"] = rel(ours, theirs)
+            if dtype == torch.bfloat16:  # Olmo2's formula rounds once, as the kernel does
+                g, xx = m.model.layers[0].post_attention_layernorm, (torch.randn(5, 64) * 3).to(dtype)
+                with torch.no_grad():
+                    out["olmo2_bit_equal"] = [torch.equal(g(xx), type(g).forward(g, xx)), notes[-1]]
             if dtype == torch.float32:
                 # autograd recording: F.rms_norm (FlyDSL forward, PyTorch's backward)
                 n0 = served()
@@ -94,18 +105,19 @@ def test_llama_rmsnorm_calls_run_flydsl_in_the_emulator_and_match_the_models_for
                 with torch.no_grad():
                     y = norm(torch.empty(3, 64, device="meta"))
                 out["meta"] = [y.device.type, notes[-1]]
-        out["kept"] = [n for n in notes if "GptOssRMSNorm" in n and "keeps its forward" in n]
+        out["kept"] = [n for n in notes if "NemotronHRMSNorm" in n and "keeps its forward" in n]
     """, {"TORCH_FLYDSL_EXECUTOR": "emulator"})
     assert r["fp32_report"]["model.layers.1.post_attention_layernorm"].startswith(
-        "GptOssRMSNorm.forward is not LlamaRMSNorm's formula")
+        "NemotronHRMSNorm.forward is neither LlamaRMSNorm's nor Olmo2RMSNorm's formula")
     assert [k for k, v in r["fp32_report"].items() if v is None] == [
         "model.layers.0.input_layernorm", "model.layers.0.post_attention_layernorm",
         "model.layers.1.input_layernorm", "model.norm"]
     assert len(r["kept"]) == 2  # one info line per kernelize (fp32, bf16)
     for name, tol in (("fp32", 1e-5), ("bf16", 2e-2)):
-        assert r[name + "_served"] == 4, r  # four Llama norms per forward; GptOss's keeps its own
+        assert r[name + "_served"] == 4, r  # three Llama norms and GptOss's per forward; NemotronH's keeps its own
         assert r[name + "_disabled_is_the_models_forward"]
         assert r[name + "_rel"] <= tol, r
+    assert r["olmo2_bit_equal"][0] and r["olmo2_bit_equal"][1].startswith("aten._fused_rms_norm: FlyDSL ")
     assert r["grad_served"] == 4
     assert r["grad_rel"] <= 1e-4, r
     assert r["fp64_same"]

@@ -8,7 +8,7 @@ this process whose ``load()`` returns ``rms_norm.FlyDSLRMSNorm``).
 
 ``kernelize`` finds the model's RMSNorm modules (classes transformers decorated for the
 ``"RMSNorm"`` kernel layer, or named ``*RMSNorm``), registers those whose forward is
-``LlamaRMSNorm``'s formula with ``kernels`` under that layer name where transformers has not
+``LlamaRMSNorm``'s or ``Olmo2RMSNorm``'s formula with ``kernels`` under that layer name where transformers has not
 (transformers 5.24 wires its decorator to ``kernels`` only for kernels 0.18.2-0.19; with any
 other ``kernels`` the decorator is a no-op), and runs ``kernels.kernelize`` on each of them with
 ``mapping()``: their ``forward`` becomes ``FlyDSLRMSNorm``'s, which serves each eligible call

@@ -9,11 +9,12 @@ all of these hold, and otherwise runs the module's own class ``forward`` unchang
 
 - not inside ``torch_flydsl.disabled()`` and not being traced by ``torch.compile`` (Inductor
   lowers ``rms_norm`` itself);
-- the module's class computes exactly ``LlamaRMSNorm``'s formula (its ``forward`` is the same
-  code: fp32 mean of squares, ``rsqrt(var + variance_epsilon)``, cast back, times ``weight``),
-  which is what ``F.rms_norm(x, (n,), weight, eps)`` computes in one rounding instead of two;
-  130 of transformers 5.24's 144 ``"RMSNorm"`` classes qualify (Gemma-style ``1 + weight``,
-  Olmo2's weight-before-cast and the like keep their forward);
+- the module's class computes ``F.rms_norm(x, (n,), weight, eps)``'s formula: its ``forward``
+  is the same code as ``LlamaRMSNorm``'s (fp32 mean of squares, ``rsqrt(var +
+  variance_epsilon)``, cast back, times ``weight``: two roundings where the kernel rounds once)
+  or ``Olmo2RMSNorm``'s (times ``weight`` in fp32, then cast back: the kernel's one rounding);
+  142 of transformers 5.24's 144 ``"RMSNorm"`` classes qualify (NemotronH's fp32-weight
+  variant and any other code keep their forward);
 - ``weight`` has the input's dtype and shape ``[n]`` (a mixed-precision layer's fp32 weight
   times a bf16 input keeps the model's forward, which promotes), the tensors are not on the
   meta device, the eager overrides are registered in this process;
@@ -48,19 +49,29 @@ def _code_key(fn) -> Optional[tuple]:
     return None if code is None else (code.co_code, code.co_consts, code.co_names, code.co_varnames)
 
 
+def _formulas() -> dict:
+    """The forwards whose math is ``F.rms_norm``'s, by code: ``LlamaRMSNorm``'s (cast back,
+    then times weight) and ``Olmo2RMSNorm``'s (times weight in fp32, then cast back)."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
+
+    return {_code_key(c.forward): c.__name__ for c in (LlamaRMSNorm, Olmo2RMSNorm)}
+
+
 def class_decline(cls: Any) -> Optional[str]:
-    """Why modules of ``cls`` keep their forward whatever the call (None: its forward is
-    ``LlamaRMSNorm.forward``'s code, the formula ``F.rms_norm`` computes). Cached per class."""
+    """Why modules of ``cls`` keep their forward whatever the call (None: its forward is the
+    same code as ``LlamaRMSNorm``'s or ``Olmo2RMSNorm``'s, the formula ``F.rms_norm``
+    computes). Cached per class."""
     if cls in _CLASS_VERDICTS:
         return _CLASS_VERDICTS[cls]
     try:
-        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+        formulas = _formulas()
     except Exception as e:  # transformers absent or broken: nothing to compare with
         why: Optional[str] = f"transformers' LlamaRMSNorm is not importable ({type(e).__name__}: {e})"
     else:
-        same = _code_key(cls.forward) == _code_key(LlamaRMSNorm.forward)
-        why = None if same else (f"{cls.__name__}.forward is not LlamaRMSNorm's formula (x.float() * "
-                                 "rsqrt(mean(x^2) + eps), cast back, times weight): its own forward runs")
+        why = None if _code_key(cls.forward) in formulas else (
+            f"{cls.__name__}.forward is neither LlamaRMSNorm's nor Olmo2RMSNorm's formula (x.float() * "
+            "rsqrt(mean(x^2) + eps) with weight, cast back): its own forward runs")
     _CLASS_VERDICTS[cls] = why
     return why
 
