@@ -268,12 +268,15 @@ def load(path: Optional[Path] = None, extract_root: Optional[Path] = None) -> In
     return Intree(torch_dir, kernels, heuristics)
 
 
-def bitcode_dir(search_root: Optional[Path] = None) -> Optional[Path]:
+def bitcode_dir(search_root: Optional[Path] = None, explicit: Optional[Path] = None) -> Optional[Path]:
     """A directory holding ``ockl.bc`` and ``ocml.bc`` (ROCm device bitcode the grouped kernel
-    links): ``$ROCM_PATH/amdgcn/bitcode``, else a Triton wheel's ``triton/backends/amd/lib`` in
-    a venv under ``search_root`` (default: this checkout). None when there is none."""
+    links): ``explicit`` when given, else ``$ROCM_PATH/amdgcn/bitcode``, else a Triton wheel's
+    ``triton/backends/amd/lib`` in a venv under ``search_root`` (default: this checkout). None
+    when there is none."""
     import os
 
+    if explicit is not None:
+        return explicit if (explicit / "ockl.bc").is_file() and (explicit / "ocml.bc").is_file() else None
     cands = []
     if os.environ.get("ROCM_PATH"):
         cands.append(Path(os.environ["ROCM_PATH"]) / "amdgcn" / "bitcode")

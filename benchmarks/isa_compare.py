@@ -524,6 +524,9 @@ def parse_args(argv=None):
     p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "torch_flydsl_isa_compare"),
                    help="compiled ISA cache")
     p.add_argument("--no-cache", action="store_true", help="compile everything afresh (nothing kept)")
+    p.add_argument("--bitcode", default=None, help="a directory holding ockl.bc and ocml.bc for the in-tree grouped "
+                                                   "kernel (default: a Triton wheel in a venv of this checkout, or "
+                                                   "$ROCM_PATH/amdgcn/bitcode)")
     args = p.parse_args(argv)
     bad = [f for f in args.families.split(",") if f and f not in FAMILIES]
     if bad:
@@ -557,7 +560,7 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="isa_compare_"))
     rocm = None
     if "grouped" in families:
-        bc = ik.bitcode_dir()
+        bc = ik.bitcode_dir(explicit=Path(args.bitcode) if args.bitcode else None)
         if bc is None:
             notes.append("grouped in-tree side SKIPPED: no ockl.bc/ocml.bc on this machine (a Triton wheel's "
                          "triton/backends/amd/lib or $ROCM_PATH/amdgcn/bitcode); the in-tree grouped kernel cannot link")
@@ -568,7 +571,10 @@ def main(argv=None) -> int:
     b = Builder(cache, tmp, intree, rocm)
     print("MODEL, NOT MEASUREMENT: MI355X; the main K loop of each kernel read from its gfx950 ISA (flydsl "
           f"{info.version}, compiled on this CPU); model in benchmarks/isa_model.py (its docstring has the equations).")
-    print(f"in-tree: {intree.torch_dir} (kernel sources {intree.source_hash}); plugin templates {b.plugin_hash}")
+    import torch_flydsl
+
+    print(f"in-tree: {intree.torch_dir} (kernel sources {intree.source_hash}); plugin: "
+          f"{Path(torch_flydsl.__file__).parent} (templates {b.plugin_hash})")
     print(f"constants: {c.describe()}")
     print("corners: " + ", ".join(M.corner_name(lds, lat) for lds, lat in M.CORNERS)
           + " (lds_bytes_per_clk / latency_scale); 'default' = the constants above")

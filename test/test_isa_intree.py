@@ -86,3 +86,18 @@ print(json.dumps({{"off": off, "on": on, "kinds": dict(cand.kinds), "tiles": can
     assert set(got["kinds"]) == {"v_mfma_f32_16x16x32_bf16"}
     # 128x128x64 over 16 waves: 8 MFMAs per wave per K tile
     assert got["mfma"] == 8 * got["tiles"] and got["tiles"] >= 1
+
+
+def test_bitcode_dir_needs_both_files(tmp_path, monkeypatch):
+    assert ik.bitcode_dir(explicit=tmp_path) is None
+    (tmp_path / "ockl.bc").write_bytes(b"")
+    assert ik.bitcode_dir(explicit=tmp_path) is None
+    (tmp_path / "ocml.bc").write_bytes(b"")
+    assert ik.bitcode_dir(explicit=tmp_path) == tmp_path
+    monkeypatch.delenv("ROCM_PATH", raising=False)
+    assert ik.bitcode_dir(search_root=tmp_path / "no_venvs") is None
+    lib = tmp_path / "tree" / ".venv-x" / "lib" / "python3.11" / "site-packages" / "triton" / "backends" / "amd" / "lib"
+    lib.mkdir(parents=True)
+    for f in ("ockl.bc", "ocml.bc"):
+        (lib / f).write_bytes(b"")
+    assert ik.bitcode_dir(search_root=tmp_path / "tree") == lib
