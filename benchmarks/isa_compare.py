@@ -44,8 +44,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-os.environ.setdefault("ARCH", "gfx950")  # in-tree's param checks read the target arch from here
-os.environ.setdefault("FLYDSL_GPU_ARCH", "gfx950")
 
 import isa_model as M  # noqa: E402
 from isa_shapes import MX_SHAPES  # noqa: E402
@@ -545,6 +543,8 @@ def main(argv=None) -> int:
     from torch_flydsl.runtime.probe import flydsl_info
 
     args = parse_args(argv)
+    os.environ.setdefault("ARCH", "gfx950")  # in-tree's param checks read the target arch from here
+    os.environ.setdefault("FLYDSL_GPU_ARCH", "gfx950")
     families = [f for f in args.families.split(",") if f]
     info = flydsl_info()
     if not info.usable:

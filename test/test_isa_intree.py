@@ -101,3 +101,27 @@ def test_bitcode_dir_needs_both_files(tmp_path, monkeypatch):
     for f in ("ockl.bc", "ocml.bc"):
         (lib / f).write_bytes(b"")
     assert ik.bitcode_dir(search_root=tmp_path / "tree") == lib
+
+
+@pytest.mark.slow
+@pytest.mark.compile
+@pytest.mark.skipif(not (ik.DEFAULT_PATH / ik.KERNELS_SUBDIR).is_dir(), reason="no torch 2.15 in-tree kernels here")
+def test_the_grouped_side_by_side_report_end_to_end(tmp_path):
+    """The whole report for the grouped family, compiled afresh (minutes): both sides' best config
+    on both MoE shapes, a geomean under the defaults and each of the four corners, and every
+    constant in the JSON."""
+    import json
+    import subprocess
+
+    script = Path(ik.__file__).parent / "isa_compare.py"
+    out = subprocess.run([sys.executable, str(script), "--families", "grouped", "--no-cache",
+                          "--json", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads((tmp_path / "r.json").read_text())
+    g = r["families"]["grouped"]
+    assert set(g["geomean"]) == {f"{m} {n}" for m in ("sim", "static") for n in
+                                 ("default", "LDS128/lat0.6", "LDS128/lat1.6", "LDS256/lat0.6", "LDS256/lat1.6")}
+    for shape in ("1024x8x4096x2048", "8192x8x4096x2048"):
+        e = g["shapes"][shape]["sim default"]
+        assert e["plugin"].startswith("grp_") and e["intree"].startswith("it_") and e["ratio"] > 0
+    assert {"lds_bytes_per_clk", "dma_latency", "mfma_scaled_fp8", "launch_gap_us"} <= set(r["constants"])
