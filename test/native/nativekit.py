@@ -61,9 +61,10 @@ def build_standin_hip(directory: Path) -> StandinHip:
     return StandinHip(path)
 
 
-def build_native_once(tmp_path_factory, monkeypatch_env: dict) -> tuple[Path, StandinHip]:
-    """Build (or load the build of) the library under a pytest temp dir, with the stand-in HIP
-    library as the one it opens; returns (library, stand-in)."""
+def build_native_once(tmp_path_factory) -> tuple[Path, StandinHip]:
+    """Build the library under a pytest temp dir (``TORCH_FLYDSL_TEST_NATIVE_BUILD``: a directory
+    whose build is reused across runs) with the stand-in HIP library as the one it opens (the
+    library reads TORCH_FLYDSL_HIP_LIBRARY once, at its first HIP use); (library, stand-in)."""
     import os
 
     from torch_flydsl.native import build
@@ -71,7 +72,6 @@ def build_native_once(tmp_path_factory, monkeypatch_env: dict) -> tuple[Path, St
     root = tmp_path_factory.mktemp("native_build")
     standin = build_standin_hip(root)
     os.environ["TORCH_FLYDSL_HIP_LIBRARY"] = str(standin.path)
-    monkeypatch_env["TORCH_FLYDSL_HIP_LIBRARY"] = str(standin.path)
     lib = build.build(Path(os.environ.get("TORCH_FLYDSL_TEST_NATIVE_BUILD", root)))
     return lib, standin
 

@@ -25,10 +25,17 @@ STREAM = 0x5EED0000
 
 @pytest.fixture(scope="module")
 def native(tmp_path_factory):
-    env: dict = {}
-    lib, standin = build_native_once(tmp_path_factory, env)
-    cache = tmp_path_factory.mktemp("deploy")
-    yield lib, standin, cache
+    import os
+
+    before = os.environ.get("TORCH_FLYDSL_HIP_LIBRARY")
+    lib, standin = build_native_once(tmp_path_factory)
+    # The library opens the stand-in now, once for the process; later tests see the old variable.
+    torch.ops.torch_flydsl_native.status()
+    if before is None:
+        os.environ.pop("TORCH_FLYDSL_HIP_LIBRARY")
+    else:
+        os.environ["TORCH_FLYDSL_HIP_LIBRARY"] = before
+    yield lib, standin, tmp_path_factory.mktemp("deploy")
 
 
 def check_case(case, native) -> None:
@@ -150,3 +157,17 @@ def test_without_python_the_library_defines_the_ops_itself(native):
 
     expected = "torch_flydsl::dense_addmm_out" + ops.custom_ops()["dense_addmm_out"][1].schema
     assert torch._C.parse_schema(schema) == torch._C.parse_schema(expected)
+
+
+def test_a_code_object_loads_once_per_device(native):
+    """The first launch of a unit loads its module; later launches reuse the function."""
+    _, standin, _ = native
+    case = _first_of_each_variant()[0]
+    first = standin.module_loads()
+    check_case(case, native)  # (re)reads the index: the unit loads on this launch
+    loads = standin.module_loads()
+    assert loads == first + 1
+    native_call(case, STREAM)
+    native_call(case, STREAM)
+    assert standin.module_loads() == loads
+    assert standin.launch(standin.launches() - 1)["kernarg"] == standin.launch(standin.launches() - 2)["kernarg"]
