@@ -125,3 +125,35 @@ def test_the_grouped_side_by_side_report_end_to_end(tmp_path):
         e = g["shapes"][shape]["sim default"]
         assert e["plugin"].startswith("grp_") and e["intree"].startswith("it_") and e["ratio"] > 0
     assert {"lds_bytes_per_clk", "dma_latency", "mfma_scaled_fp8", "launch_gap_us"} <= set(r["constants"])
+
+
+@pytest.mark.compile
+@pytest.mark.skipif(not (ik.DEFAULT_PATH / ik.KERNELS_SUBDIR).is_dir(), reason="no torch 2.15 in-tree kernels here")
+def test_a_wheel_is_unzipped_and_its_heuristics_answer(tmp_path):
+    """A wheel holding only the vendored kernels and the heuristics (made here from torch 2.15's
+    files) loads like the installed tree: only those members are extracted, and the heuristics
+    offer the same configs (fresh process: the loader registers torch's module name)."""
+    import json
+    import subprocess
+
+    wheel = tmp_path / "torch-2.15.0-cp311-cp311-linux_x86_64.whl"
+    src = ik.DEFAULT_PATH
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for f in [*(src / ik.KERNELS_SUBDIR).glob("*.py"), src / ik.HEURISTICS_SUBPATH]:
+            zf.write(f, "torch/" + str(f.relative_to(src)))
+        zf.writestr("torch/unrelated.py", "")
+    code = f"""
+import json, os, sys
+os.environ.setdefault("ARCH", "gfx950"); os.environ.setdefault("FLYDSL_GPU_ARCH", "gfx950")
+sys.path.insert(0, {str(Path(ik.__file__).parent)!r})
+import intree_kernels as ik
+from pathlib import Path
+it = ik.load(Path({str(wheel)!r}), Path({str(tmp_path / "x")!r}))
+print(json.dumps({{"dir": str(it.torch_dir), "unrelated": (it.torch_dir / "unrelated.py").exists(),
+                  "off": [ik.config_key(c) for c in it.gemm_configs(1, 4096, 4096, False, "mxfp8")]}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["dir"].startswith(str(tmp_path / "x")) and not got["unrelated"]
+    assert got["off"] == ["it_m128n128k128_w2x2_s2_g0"]  # the MXFP8 baseline with autotuning off
