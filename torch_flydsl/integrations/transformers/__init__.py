@@ -115,11 +115,14 @@ def kernelize(model, mode: Any = None, device: Any = None):
             # One module at a time: only RMSNorm modules are kernelized (none has children), so
             # no other layer's forward (a hub kernel the user mapped) is reset.
             kernels.kernelize(module, mode=mode, device=device, use_fallback=True)
-            served[cls.__name__] = served.get(cls.__name__, 0) + 1
-    where = ", ".join(table[LAYER_NAME]) or "no device here (not ROCm, not a CPU executor)"
+            if getattr(module.forward, "__func__", None) is FlyDSLRMSNorm.forward:
+                served[cls.__name__] = served.get(cls.__name__, 0) + 1
+            else:  # no device mapped here, or a mode the layer does not take (TORCH_COMPILE)
+                kept.setdefault(cls.__name__, f"kernels kept the model's forward (mode {mode}, devices mapped: "
+                                              f"{', '.join(table[LAYER_NAME]) or 'none here'})")
     for cls_name, count in served.items():
         log.info("transformers %s x%d: mapped to FlyDSLRMSNorm for %s (eligible calls run FlyDSL, the rest "
-                 "the model's forward)", cls_name, count, where)
+                 "the model's forward)", cls_name, count, ", ".join(table[LAYER_NAME]))
     for cls_name, why in kept.items():
         log.info("transformers %s: keeps its forward: %s", cls_name, why)
     return model
