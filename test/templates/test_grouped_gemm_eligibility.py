@@ -34,8 +34,10 @@ def test_weight_gradient_form_splits_k_by_offs():
     b = C((1000, 512), BF16)
     p = check_problem(a, b, C((8,), I32), C((8, 256, 512), BF16))
     assert p == GroupedGemmProblem(256, 512, 1000, 8, BF16, "row", along_k=True)
-    fitting, _ = configs_for(p, "curated")
-    assert len(fitting) == len(CURATED)  # K=1000 fits every block_k: each group's K tail is masked
+    fitting, declined = configs_for(p, "curated")
+    # K=1000 fits every block_k (each group's K tail is masked); only the big prefetch tile is
+    # declined along K (it would spill).
+    assert len(fitting) == len(CURATED) - 1 and [c.prefetch for c, _ in declined] == [1]
 
 
 def test_zero_tokens_is_a_problem_not_a_decline():
@@ -105,3 +107,14 @@ def test_weight_gradient_operands_keep_room_under_4_gib_for_the_masked_tail():
     assert a.byte_span() == 2**32 - 16
     d = check_problem(a, C((t, 8), BF16), C((8,), I32), C((8, 8, 8), BF16))
     assert isinstance(d, Decline) and d.category == "size" and "under 4 GiB" in d.reason
+
+
+def test_the_big_prefetch_tile_serves_k_contiguous_experts_only_and_says_why():
+    from torch_flydsl.templates.grouped_gemm import CURATED, GroupedGemmProblem, config_fits
+
+    (big,) = [c for c in CURATED if c.prefetch]
+    assert config_fits(big, GroupedGemmProblem(8192, 4096, 2048, 8, torch.bfloat16, "col")) is None
+    for problem in (GroupedGemmProblem(8192, 4096, 2048, 8, torch.bfloat16, "row"),
+                    GroupedGemmProblem(64, 4096, 8192, 8, torch.bfloat16, "row", along_k=True)):
+        why = config_fits(big, problem)
+        assert why is not None and "spills" in why.reason and "K-contiguous" in why.reason, why
