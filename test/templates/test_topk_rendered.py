@@ -103,6 +103,7 @@ barriers: 0
 branches: 12""")
 
 
+@pytest.mark.slow
 def test_register_k16_bf16(tmp_path):
     assert_expected_inline(summary(128, 16, "bfloat16", tmp_path, "register"), """\
 flydsl_topk_bf16_largest_topk_t128_kp16_reg: vgpr=119 agpr=0 sgpr=106 lds=0 spills=14 scratch=0

@@ -16,7 +16,7 @@ from typing import Optional
 
 from ..base import Decline, split_by_fit
 
-KERNEL_VERSION = "topk-1"
+KERNEL_VERSION = "topk-2"  # 2: the register kernel, the deterministic (index-order) radix gather
 KEY_PREFIX = "topk_"
 MAX_N = 32768  # the gather packs per-thread counts into 16-bit fields of one scan
 MAX_K = 1024  # survivors live in LDS and are sorted by one bitonic network

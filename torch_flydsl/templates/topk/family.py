@@ -1,8 +1,9 @@
 """The TopK family as the glue sees it (``torch_flydsl.registry``): eager overrides of
-``aten::topk`` and ``aten::topk.values`` (no Inductor seam: compiled graphs keep Inductor's
-own topk). Where torch 2.15's in-tree FlyDSL TopK serves (flydsl 0.3.x), ``torch_flydsl.eager``
-registers neither override (the coexistence rule). Module level holds only the class; its
-methods import the family's code lazily.
+``aten::topk`` and ``aten::topk.values`` (no Inductor seam: Inductor lowers topk to an extern
+``aten.topk`` call, which the same override serves). Each call runs the register kernel (k <= 16)
+or the radix kernel (``config.choose``; docs/topk.md). Where torch 2.15's in-tree FlyDSL TopK
+serves (flydsl 0.3.x), ``torch_flydsl.eager`` registers neither override (the coexistence rule).
+Module level holds only the class; its methods import the family's code lazily.
 """
 
 from __future__ import annotations
