@@ -326,7 +326,7 @@ std::string launch(const Call& c, int device, void* stream) {
   const KernargPlan* plan = nullptr;
   hipFunction_t fn = nullptr;
   std::string why;
-  if (!Registry::get().unit(c.unit, c.kinds, device, true, &plan, &fn, &why)) return why;
+  if (!Registry::get().unit(c.unit, c.kinds, device, true, stream, &plan, &fn, &why)) return why;
   alignas(16) uint8_t buffer[kMaxKernarg];
   pack_kernargs(*plan, c.slots.data(), c.slots.size(), buffer);
   size_t size = plan->size;

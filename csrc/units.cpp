@@ -114,7 +114,7 @@ const ConfigParams* Registry::config(const std::string& family_cfg, std::string*
   return &it->second;
 }
 
-Unit* Registry::unit(const std::string& id, const std::string& kinds, int device, bool load,
+Unit* Registry::unit(const std::string& id, const std::string& kinds, int device, bool load, hipStream_t stream,
                      const KernargPlan** plan, hipFunction_t* fn, std::string* why) {
   std::lock_guard<std::mutex> g(mu_);
   if (!ready_locked(why)) return nullptr;
@@ -168,6 +168,12 @@ Unit* Registry::unit(const std::string& id, const std::string& kinds, int device
   if (fit == u->functions.end()) {
     const HipApi* hip = hip_api(why);
     if (!hip) return nullptr;
+    int capture = 0;
+    if (hip->stream_is_capturing && hip->stream_is_capturing(stream, &capture) == 0 && capture != 0) {
+      *why = "kernel " + id + " not yet loaded in this process and the stream is capturing a graph: modules are "
+             "never loaded during capture (run the op once before capturing)";
+      return nullptr;
+    }
     hipModule_t module = nullptr;
     hipError_t e = hip->module_load_data(&module, u->image.data());
     if (e != 0) {

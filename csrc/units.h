@@ -37,9 +37,10 @@ class Registry {
   void use_cache_dir(const std::string& cache_dir);
   // The config's numbers, or null with ``why`` (index missing, config not in it).
   const ConfigParams* config(const std::string& family_cfg, std::string* why);
-  // The unit and a plan for ``kinds``, loaded on ``device`` when ``load`` (null with ``why``).
-  Unit* unit(const std::string& id, const std::string& kinds, int device, bool load, const KernargPlan** plan,
-             hipFunction_t* fn, std::string* why);
+  // The unit and a plan for ``kinds``, its function on ``device`` when ``load`` (null with
+  // ``why``). A module is never loaded while ``stream`` captures a graph (as kernel_cache.py).
+  Unit* unit(const std::string& id, const std::string& kinds, int device, bool load, hipStream_t stream,
+             const KernargPlan** plan, hipFunction_t* fn, std::string* why);
   std::string status();
   // Every launch the process made since the last reset, for tests.
   int64_t launches() const { return launches_; }

@@ -37,8 +37,16 @@ def spy(monkeypatch):
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
+    import os
+
+    from gfx950_kit import NEED, gfx950_devices
+
     from torch_flydsl import ops
     from torch_flydsl.native import build
+
+    os.environ.setdefault("TORCH_FLYDSL_EXECUTOR", "device")
+    if not gfx950_devices()[0]:  # before a minute of building (module fixtures come first)
+        pytest.fail(f"{NEED}: {gfx950_devices()[1]}", pytrace=False)
 
     build.build()
     ops.register_native_fallbacks()

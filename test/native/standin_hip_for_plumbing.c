@@ -64,6 +64,14 @@ int hipModuleLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsign
   return 0;
 }
 
+static int capturing; /* what hipStreamIsCapturing answers for every stream (the test sets it) */
+
+int hipStreamIsCapturing(void* stream, int* status) {
+  (void)stream;
+  *status = capturing; /* hipStreamCaptureStatusNone = 0, Active = 1 */
+  return 0;
+}
+
 const char* hipGetErrorString(int e) { return e ? "stand-in HIP error" : "hipSuccess"; }
 
 /* -- read back by the tests ----------------------------------------------------------------- */
@@ -73,3 +81,4 @@ const launch_record* standin_launch(int i) {
   return i >= 0 && i < launch_count && i >= launch_count - MAX_RECORDS ? &launches[i % MAX_RECORDS] : NULL;
 }
 void standin_reset(void) { launch_count = 0; }
+void standin_set_capturing(int on) { capturing = on; }

@@ -171,3 +171,24 @@ def test_a_code_object_loads_once_per_device(native):
     native_call(case, STREAM)
     assert standin.module_loads() == loads
     assert standin.launch(standin.launches() - 1)["kernarg"] == standin.launch(standin.launches() - 2)["kernarg"]
+
+
+def test_no_module_loads_while_a_graph_is_captured(native):
+    """A unit first used while its stream captures a graph is refused with the reason (the
+    Python impl then keeps PyTorch's path, as kernel_cache.py does); loaded before, it launches."""
+    _, standin, cache = native
+    case = _first_of_each_variant()[1]
+    check_case(case, native)
+    torch.ops.torch_flydsl_native.use_cache_dir(str(cache))  # forget the loaded module
+    standin.lib.standin_set_capturing(1)
+    try:
+        with pytest.raises(RuntimeError, match="capturing a graph"):
+            native_call(case, STREAM)
+        standin.lib.standin_set_capturing(0)
+        native_call(case, STREAM)
+        standin.lib.standin_set_capturing(1)
+        before = standin.launches()
+        native_call(case, STREAM)
+        assert standin.launches() == before + 1
+    finally:
+        standin.lib.standin_set_capturing(0)
