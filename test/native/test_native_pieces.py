@@ -131,3 +131,11 @@ def test_export_writes_the_specs_units_under_the_manifests_ids(tmp_path):
     assert uid == done[0] and family_cfg == "dense_gemm/" + uid.split("/")[1] and int(size) == len(image)
     assert image[:4] == b"\x7fELF" and kernel.encode() in image
     assert "block_m=" in params and "threads=" in params
+
+
+def test_without_a_compiler_the_build_says_so_and_nothing_is_built(monkeypatch, tmp_path):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    assert build.why_not_buildable() == f"no C++ compiler ({tmp_path / 'no-such-c++'} not found; set CXX or install g++)"
+    with pytest.raises(build.BuildError, match="no C\\+\\+ compiler"):
+        build.build(tmp_path / "root")
+    assert not (tmp_path / "root").exists()
