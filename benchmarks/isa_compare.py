@@ -447,6 +447,21 @@ def print_report(rows: list[Row], ev: dict, c: M.Constants, notes: list[str]) ->
         print(tabulate(table, headers=["shape", "plugin best (sim)", "in-tree best (sim)", "plugin sim", "in-tree sim",
                                        "sim ratio", "plugin static", "in-tree static", "static ratio",
                                        *(f"sim {n}" for n in names[1:])], disable_numparse=True))
+        per_shape = []
+        for r in frows:
+            d = ev[(family, r.shape, "sim", "default")]
+            for side, pool, label in (("plugin", r.plugin, "plugin"), ("intree", r.intree, "in-tree")):
+                cand = next((x for x in pool if x.key == d[side]), None)
+                if cand is not None and cand.metrics is not None:
+                    f = facts(cand)
+                    per_shape.append([shape_name(r.shape), label, cand.key, f["MFMA/tile"],
+                                      f"{f['DMA/tile']:g} ({f['DMA between']:g})", f["vmcnt waits"],
+                                      f["barriers/tile"], f["LDS reads/tile"], f["max MFMA-free"],
+                                      f"{f['VGPR']}/{f['AGPR']}/{f['LDS B']}", f["waves/SIMD"], f["wave groups"]])
+        print(f"\n{family}: loop facts per K tile of each side's best config per shape (sim, default constants)")
+        print(tabulate(per_shape, headers=["shape", "side", "config", "MFMA/tile", "DMA (between MFMAs)", "vmcnt waits",
+                                           "barriers", "LDS reads", "max MFMA-free", "VGPR/AGPR/LDS B", "waves/SIMD",
+                                           "wave groups"], disable_numparse=True))
         used = {}
         for r in frows:
             for model in ("sim", "static"):
@@ -457,7 +472,7 @@ def print_report(rows: list[Row], ev: dict, c: M.Constants, notes: list[str]) ->
                             if cand.key == e[side]:
                                 used[(cand.side, cand.key)] = cand
         ft = [facts(x) for x in sorted(used.values(), key=lambda x: (x.side != "plugin", x.key))]
-        print(f"\n{family}: loop facts per K tile of every config chosen above (any model or corner)")
+        print(f"\n{family}: loop facts and resources of every config chosen in any model or corner")
         print(tabulate([list(f.values()) for f in ft if "error" not in f], headers=list(ft[0]) if ft else [],
                        disable_numparse=True))
         fam_sum: dict = {"facts": ft, "shapes": {}}

@@ -254,3 +254,27 @@ def test_a_barrier_of_another_loop_before_the_main_loop_is_no_wave_group_split()
         "\ts_cbranch_scc1 .LBB0_3",
     )
     assert isa.skippable_barriers_before_loop(lines) == 0
+
+
+def test_a_barrier_a_scalar_branch_skips_is_no_wave_group_split():
+    """A persistent kernel: the barrier that ends each tile sits above the K loop in address
+    order and the first tile's entry jumps over it with a scalar (workgroup-uniform) branch."""
+    lines = listing(
+        "\ts_branch .LBB0_3",
+        ".LBB0_2:",
+        "\ts_barrier",
+        ".LBB0_3:",
+        MFMA, DMA, MFMA,
+        "\ts_cbranch_scc1 .LBB0_3",
+        "\ts_cbranch_scc1 .LBB0_2",
+    )
+    assert isa.skippable_barriers_before_loop(lines) == 0
+    lines_scc = listing("\ts_cbranch_scc1 .LBB0_2", "\ts_barrier", ".LBB0_2:", ".LBB0_3:", MFMA,
+                        "\ts_cbranch_scc1 .LBB0_3")
+    assert isa.skippable_barriers_before_loop(lines_scc) == 0
+
+
+def test_a_barrier_a_vcc_branch_skips_splits_the_waves():
+    lines = listing("\ts_cbranch_vccnz .LBB0_2", "\ts_barrier", ".LBB0_2:", ".LBB0_3:", MFMA,
+                    "\ts_cbranch_scc1 .LBB0_3")
+    assert isa.skippable_barriers_before_loop(lines) == 1

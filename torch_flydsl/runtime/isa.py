@@ -411,21 +411,34 @@ def vmem_bytes_per_lane(ins: Instruction) -> int:
 
 
 def skippable_barriers_before_loop(isa_lines: Iterable[str]) -> int:
-    """``s_barrier`` instructions in the main loop's function, before its header, in blocks that
-    do not dominate the header and sit in no loop the main loop is outside of: barriers some
-    waves pass and others skip on their way into the loop (a kernel that runs two wave groups a
-    barrier apart), not those of another loop (a persistent kernel's tile search)."""
+    """``s_barrier`` instructions in the main loop's function, before its header, that an
+    lane-mask branch (``s_cbranch_execz/execnz/vccz/vccnz`` ending the block just above) jumps
+    over and that do not dominate the header: a per-lane (so per-wave) condition lets some
+    waves pass them and others skip them on their way into the loop, which runs the waves as two
+    groups a barrier apart (the in-tree HTI kernels). A barrier that a scalar branch skips
+    (``s_cbranch_scc*``: the same for every wave, e.g. a persistent kernel's first tile) or that
+    sits in another loop does not count."""
     lines = list(isa_lines)
     loop = main_loop(lines)
     if loop is None:
         return 0
     body = next(b for name, b in functions(lines) if name == loop.function)
     instrs, labels = parse(body)
-    blocks, _ = _blocks(instrs, labels)
+    blocks, block_of = _blocks(instrs, labels)
     dom = _dominators(blocks)
     header_dom = dom[loop.header]
     mine = set(loop.blocks)
     others = [set(lp.blocks) for lp in _function_loops(loop.function, body) if not mine <= set(lp.blocks)]
+
+    def exec_skipped(b: int) -> bool:
+        if b == 0:
+            return False
+        last = instrs[blocks[b - 1].end - 1]
+        target = last.operands[0] if last.operands else None
+        return (last.op.startswith(("s_cbranch_exec", "s_cbranch_vcc")) and target in labels
+                and block_of.get(labels[target], -1) > b)
+
     return sum(1 for b, blk in enumerate(blocks)
                if b < min(loop.blocks) and b not in header_dom and dom[b] and not any(b in o for o in others)
+               and exec_skipped(b)
                for ins in instrs[blk.start:blk.end] if ins.op == "s_barrier")
