@@ -97,7 +97,7 @@ class Candidate:
 def _source_hash(paths: list[Path]) -> str:
     h = hashlib.sha256()
     for p in sorted(paths):
-        h.update(str(p.relative_to(p.anchor)).encode() + p.read_bytes())
+        h.update(str(p.relative_to(REPO)).encode() + p.read_bytes())  # the same in any checkout
     return h.hexdigest()[:16]
 
 
