@@ -9,7 +9,7 @@ run in the gfx950 emulator (``TORCH_FLYDSL_EXECUTOR=emulator``) and must match e
 bf16 tolerance. Without the plugin's ops, loading must fail with an error naming them. A
 ``cpp_wrapper`` ``torch.compile`` of the same model must call the ops and match too.
 
-Every step runs in a fresh process: this file, run as a script (``main`` below).
+Every step runs in a fresh process: this file, run as a script (``STEPS`` below).
 """
 
 import json
@@ -31,7 +31,7 @@ BF16_TOLERANCE = 2e-2  # max |out - eager| / max |eager|
 
 
 def step(what: str, workdir: Path, env: dict) -> dict:
-    """Run ``main(what, workdir)`` in a fresh process; its JSON report (last stdout line)."""
+    """Run ``STEPS[what](workdir)`` in a fresh process; its JSON report (last stdout line)."""
     full_env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor_cache"), **env}
     r = subprocess.run([sys.executable, __file__, what, str(workdir)], capture_output=True, text=True,
                        env=full_env, timeout=600)
@@ -39,11 +39,25 @@ def step(what: str, workdir: Path, env: dict) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def built_once(tmp_path_factory, name: str, what: str) -> tuple[Path, dict]:
+    """``step(what)`` into this session's ``name`` directory, once even when xdist workers split
+    the module's tests (they share their session's base temp; the first to come builds)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this session's, shared by its workers
+    workdir, report = base / name, base / f"{name}.json"
+    with FileLock(str(base / f"{name}.lock")):
+        if not report.exists():
+            workdir.mkdir(exist_ok=True)
+            report.write_text(json.dumps(step(what, workdir, EMULATOR)))
+    return workdir, json.loads(report.read_text())
+
+
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("aoti")
-    report = step("build", workdir, EMULATOR)
-    return workdir, report
+    return built_once(tmp_path_factory, "aoti_export", "build")
 
 
 def proxy_calls(package_path: str) -> list[str]:
@@ -102,8 +116,7 @@ def test_cpp_wrapper_compile_calls_the_flydsl_ops_and_matches_eager(package):
 
 @pytest.fixture(scope="module")
 def mx_package(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("aoti_mx")
-    return workdir, step("mx_build", workdir, EMULATOR)
+    return built_once(tmp_path_factory, "aoti_export_mx", "mx_build")
 
 
 @pytest.mark.slow
