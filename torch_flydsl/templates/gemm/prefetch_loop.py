@@ -31,9 +31,9 @@ import flydsl.expr as fx
 from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
 
 from ..dsl import dsl_control_flow
-from .geometry import MMA_K
+from .geometry import MMA_K, MMA_N
 from .main_loop import PipelineSpec, main_loop
-from .mma import Mma, interleave_dmas
+from .mma import SCHED_DS_READ, SCHED_MFMA, SCHED_VMEM, Mma, interleave_dmas
 from .tile_loads import Operand, TileLoads
 from .tile_spec import TileSpec
 
@@ -41,10 +41,14 @@ from .tile_spec import TileSpec
 class PrefetchMma(Mma):
     """``Mma`` with a second A/B register fragment set: ``read(stage, slot)`` issues the LDS
     reads of a stage into fragment slot 0 or 1, ``multiply(slot, dmas)`` accumulates that
-    slot's fragments (its ``dmas`` DMAs, issued just before, spread between the MFMAs)."""
+    slot's fragments (its ``dmas`` DMAs, issued just before, spread between the MFMAs).
+    ``spread_reads``: the next tile's LDS reads go one per MFMA (``interleave_reads_and_dmas``)
+    rather than in one burst ahead of the MFMAs (``mma.interleave_dmas``); the spread keeps more
+    registers live (the grouped kernel's big tile, at 256 VGPRs, would spill)."""
 
-    def __init__(self, spec, tid, elem, a, b, out_buf):
+    def __init__(self, spec, tid, elem, a, b, out_buf, spread_reads: bool = True):
         super().__init__(spec, tid, elem, a, b, out_buf)
+        self.spread_reads = spread_reads
         self.frags = [(self.frag_a, self.frag_b, self.frag_a_dst, self.frag_b_dst)]
         frag_a = self.thr_mma.make_fragment_A(fx.make_view(a.smem, a.layout))
         frag_b = self.thr_mma.make_fragment_B(fx.make_view(b.smem, b.layout))
@@ -64,7 +68,43 @@ class PrefetchMma(Mma):
         frag_a, frag_b, _, _ = self.frags[slot]
         for kk in range_constexpr(self.spec.cfg.block_k // MMA_K):
             fx.gemm(self.tiled_mma, self.acc, frag_a[None, None, kk], frag_b[None, None, kk], self.acc)
-        interleave_dmas(dmas, self.spec.mfma_per_tile)
+        if self.spread_reads:
+            interleave_reads_and_dmas(self.reads_per_tile, dmas, self.spec.mfma_per_tile)
+        else:
+            interleave_dmas(dmas, self.spec.mfma_per_tile)
+
+    @property
+    def reads_per_tile(self) -> int:
+        """LDS read instructions per wave per K tile: one ``ds_read_b128`` per 16 x 32 operand
+        block of a K-contiguous operand, two ``ds_read_b64_tr_b16`` of an M/N-contiguous one."""
+        spec = self.spec
+        rep_n = spec.cfg.block_n // (spec.cfg.n_waves * MMA_N)
+        per_k = spec.rep_m * (1 if spec.a_k_contig else 2) + rep_n * (1 if spec.b_k_contig else 2)
+        return per_k * (spec.cfg.block_k // MMA_K)
+
+
+def interleave_reads_and_dmas(reads: int, dmas: int, mfmas: int):
+    """Scheduling groups for the prefetch loop's tile: one MFMA first (the pipe restarts right
+    after the barrier), then the next tile's ``reads`` LDS reads one per MFMA (spread over the
+    LDS port instead of a burst of every wave at once), then the ``dmas`` DMAs spread between
+    the remaining MFMAs (LLVM's ``sched_group_barrier``: a hint)."""
+    left = mfmas
+    rocdl.sched_group_barrier(SCHED_MFMA, 1, 0)
+    left -= 1
+    for _ in range_constexpr(reads):
+        rocdl.sched_group_barrier(SCHED_DS_READ, 1, 0)
+        if left:
+            rocdl.sched_group_barrier(SCHED_MFMA, 1, 0)
+            left -= 1
+    per = max(1, left // (dmas + 1))
+    for _ in range_constexpr(dmas):
+        take = min(per, left)
+        if take:
+            rocdl.sched_group_barrier(SCHED_MFMA, take, 0)
+            left -= take
+        rocdl.sched_group_barrier(SCHED_VMEM, 1, 0)
+    if left:
+        rocdl.sched_group_barrier(SCHED_MFMA, left, 0)
 
 
 def prefetch_main_loop(spec: PipelineSpec, loads, mma: PrefetchMma, k_tiles, kt0=None):
@@ -111,13 +151,14 @@ def _prefetch_loop(spec: PipelineSpec, load_stage, read, multiply, k_tiles, kt0)
 
 
 def pipelined_mma(spec: TileSpec, tid, elem, a: Operand, b: Operand, out_buf, k_tiles, kt0=None, plain_mma=Mma,
-                  plain_loop=main_loop) -> Mma:
+                  plain_loop=main_loop, spread_reads: bool = True) -> Mma:
     """The tile's MMA after all its K tiles: through ``prefetch_main_loop`` when the config says
-    ``prefetch`` (the dense and grouped configs' field), else ``plain_mma`` through
-    ``plain_loop`` (a kernel passes its own module's names, which a test may plant)."""
+    ``prefetch`` (the dense and grouped configs' field; ``spread_reads`` as ``PrefetchMma``'s),
+    else ``plain_mma`` through ``plain_loop`` (a kernel passes its own module's names, which a
+    test may plant)."""
     loads = TileLoads(spec, tid, a, b)
     if getattr(spec.cfg, "prefetch", 0):
-        pmma = PrefetchMma(spec, tid, elem, a, b, out_buf)
+        pmma = PrefetchMma(spec, tid, elem, a, b, out_buf, spread_reads)
         prefetch_main_loop(spec, loads, pmma, k_tiles, kt0)
         return pmma
     mma = plain_mma(spec, tid, elem, a, b, out_buf)

@@ -108,8 +108,9 @@ def build(spec: KernelSpec):
             op_b = Operand(b_buf, smem_b, b_layout, BN, False, d.b_iters, n0, n, ldb, k_start * ldb, k_len,
                                  b_span)
         # Along K, a group with no K row runs no tile: the prologue's DMAs read zeros only and
-        # the accumulators stay zero.
-        mma = pipelined_mma(d, tid, elem, op_a, op_b, out_buf, k_tiles, None, Mma, main_loop)
+        # the accumulators stay zero. The prefetch loop's reads go in one burst: spread, they
+        # keep more registers live than the big tile's 256 VGPRs (it would spill).
+        mma = pipelined_mma(d, tid, elem, op_a, op_b, out_buf, k_tiles, None, Mma, main_loop, spread_reads=False)
         stage_c_tile(d, mma, smem_c, elem, n0, n, fx.Float32(1.0), fx.Float32(0.0), None)
         store_c_tile(d, smem_c, elem, out_buf, tid, out_row0, n0, out_bound, n, ldc)
 
