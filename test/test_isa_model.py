@@ -52,10 +52,10 @@ def test_more_lds_bandwidth_and_less_latency_never_slow_a_loop_down():
 
 
 def test_a_barrier_releases_every_wave_after_the_last_arrives():
-    """Two waves on two SIMDs: MFMA (issue 4) then barrier (1): both arrive at 5, released 16
-    later: 21 per iteration. A second MFMA on wave 0 only is not possible (one program), so a
-    slower wave is made by a third wave sharing SIMD 0 with wave 0 (waves 0 and 2 on
-    simds=2): wave 2's MFMA waits for wave 0's (start 16), arrives at 21, release 37."""
+    """Two waves on two SIMDs: MFMA (issue 4) then barrier (1): both arrive at 5 and are released
+    16 later: 21 per iteration. Three waves on two SIMDs (waves 0 and 2 share SIMD 0): wave 2's
+    MFMA starts when wave 0's frees the pipe (16) and it arrives at 21, so all are released at
+    37; the next iteration repeats from there: 37 per iteration."""
     assert M.simulate([BF16, ("b",)], 2, 1, C) == pytest.approx(21)
     period = M.simulate([BF16, ("b",)], 3, 1, M.Constants(simds=2))
     assert period == pytest.approx(37)
