@@ -220,7 +220,9 @@ def build(spec: RegisterSpec):
             row = rocdl.make_buffer_ptr(x_ptr + base, num_records_bytes=fx.Int64(n) * ebytes)
             # The buffer unit range-checks whole dwords: an odd 16-bit row's last element shares
             # its dword with the next row and reads 0; the tail takes its key from a scalar load.
-            last = key_of(X[base + n - 1])
+            last = fx.Uint32(0)
+            if const_expr(ebytes == 2):
+                last = key_of(X[base + n - 1])
             lst = [fx.Uint64(0) for _ in range_constexpr(K)]
             t = fx.Uint32(0)
             # One step ahead: step it + 1's chunks load while step it merges (the loads of the
