@@ -33,7 +33,7 @@ def test_importing_the_family_does_not_import_flydsl():
 
 def test_baseline_is_exactly_one_config_that_fits_every_format_pair():
     (cfg,) = search_space("baseline")
-    assert cfg == BASELINE and cfg.key() == "mx_m128n128k128_w2x2_s3_g0_c4" and cfg.threads == 256
+    assert cfg == BASELINE and cfg.key() == "mx_m128n128k128_w2x2_s3_g0_c2" and cfg.threads == 256
     assert all(cfg.fits_formats(a, b) for a, b in PAIRS)
 
 
@@ -46,7 +46,7 @@ def test_curated_is_short_distinct_and_every_config_fits_every_format_pair():
                 assert cfg.fits_formats(a, b, out), (cfg, a, b, cfg.format_problems(a, b, out))
                 assert cfg.lds_bytes(a, b, out) <= LDS_LIMIT_BYTES
     assert all(c.stages > 2 and c.chunk > 1 for c in cur) and any(c.group_m for c in cur)
-    assert {c.block_k for c in cur} == {128, 256}
+    assert {c.block_k for c in cur} == {128, 256, 512}
 
 
 def test_a_decode_config_fills_256_cus_at_m32_n4096():
@@ -142,11 +142,12 @@ def test_configs_for_splits_fitting_and_declined():
 
 
 @pytest.mark.parametrize("m, k, expected", [
-    (1, 4096, "mx_m32n16k256_w2x1_s3_g0_c2"),
-    (32, 4096, "mx_m32n16k256_w2x1_s3_g0_c2"),
+    (1, 4096, "mx_m16n32k512_w1x2_s4_g0_c4"),
+    (32, 4096, "mx_m32n16k512_w2x1_s3_g0_c2"),
+    (32, 768, "mx_m32n16k256_w2x1_s3_g0_c2"),  # K not a multiple of 512: the shallower decode tile
     (32, 384, "mx_m64n64k128_w2x2_s3_g0_c4"),  # K not a multiple of 256: the next size's tile
     (64, 4096, "mx_m64n64k128_w2x2_s3_g0_c4"),
-    (4096, 4096, "mx_m128n128k128_w2x2_s3_g0_c4"),
+    (4096, 4096, "mx_m128n128k128_w2x2_s3_g0_c2"),
     (64, 128, "mx_m64n64k128_w2x2_s3_g0_c4"),
     (128, 4096, "mx_m32n64k256_w1x4_s3_g0_c2"),
 ])

@@ -54,33 +54,33 @@ def summary(key, formats, tmp_path):
 
 
 def test_baseline_mxfp8(tmp_path):
-    assert_expected_inline(summary("mx_m128n128k128_w2x2_s2_g0", ("e4m3", "e4m3"), tmp_path), """\
-flydsl_scaled_gemm_e4m3xe4m3_bf16_mx_m128n128k128_w2x2_s2_g0_b1: vgpr=170 agpr=0 sgpr=40 lds=69632 spills=0 scratch=0
-32 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[0,0,0]
-scaled mfma: 32
-16-byte DMA to LDS: 16
+    assert_expected_inline(summary("mx_m128n128k128_w2x2_s3_g0_c2", ("e4m3", "e4m3"), tmp_path), """\
+flydsl_scaled_gemm_e4m3xe4m3_bf16_mx_m128n128k128_w2x2_s3_g0_c2_b1: vgpr=212 agpr=0 sgpr=48 lds=102400 spills=0 scratch=0
+64 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[0,0,0]
+scaled mfma: 64
+16-byte DMA to LDS: 32
 4-byte DMA to LDS (scales): 4
-LDS operand reads: 40
-LDS scale reads: 16
+LDS operand reads: 72
+LDS scale reads: 32
 LDS writes: 64
 global stores: 72
-barriers: 4
-vmcnt waits: 7""")
+barriers: 6
+vmcnt waits: 9""")
 
 
 def test_decode_w4a8(tmp_path):
-    assert_expected_inline(summary("mx_m32n16k512_w2x1_s3_g0", ("e4m3", "e2m1"), tmp_path), """\
-flydsl_scaled_gemm_e4m3xe2m1_bf16_mx_m32n16k512_w2x1_s3_g0_b1: vgpr=68 agpr=0 sgpr=40 lds=64512 spills=0 scratch=0
-3 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[0,0,0] blgp:4
-3 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[1,1,0] blgp:4
-3 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[0,0,0] blgp:4
-3 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[1,1,0] blgp:4
-scaled mfma: 12
-16-byte DMA to LDS: 30
+    assert_expected_inline(summary("mx_m32n16k512_w2x1_s3_g0_c2", ("e4m3", "e2m1"), tmp_path), """\
+flydsl_scaled_gemm_e4m3xe2m1_bf16_mx_m32n16k512_w2x1_s3_g0_c2_b1: vgpr=138 agpr=0 sgpr=66 lds=64512 spills=0 scratch=0
+4 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[0,0,0] blgp:4
+4 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[1,1,0] blgp:4
+4 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[0,0,0] blgp:4
+4 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[1,1,0] blgp:4
+scaled mfma: 16
+16-byte DMA to LDS: 40
 4-byte DMA to LDS (scales): 6
-LDS operand reads: 37
-LDS scale reads: 6
+LDS operand reads: 49
+LDS scale reads: 8
 LDS writes: 4
 global stores: 9
-barriers: 5
-vmcnt waits: 5""")
+barriers: 6
+vmcnt waits: 6""")

@@ -189,7 +189,7 @@ class ScaledGemmConfig:
         return not self.static_problems() and not self.format_problems(a, b, out_dtype)
 
 
-BASELINE = ScaledGemmConfig(128, 128, 128, 2, 2, 3, 0, 4)
+BASELINE = ScaledGemmConfig(128, 128, 128, 2, 2, 3, 0, 2)
 
 # Hand-picked (docs/mx_schedules.md). Every one runs the no-drain pipeline (stages >= 3) with
 # scale chunks of 2-4 K tiles. Decode (M <= 128): tiles narrow enough to put >= 256 workgroups on
@@ -197,14 +197,14 @@ BASELINE = ScaledGemmConfig(128, 128, 128, 2, 2, 3, 0, 4)
 # tiles of 8 waves (2 waves per SIMD) or 4 waves of 128 x 64 each (fewer LDS bytes per MFMA).
 CURATED = (
     BASELINE,
+    ScaledGemmConfig(16, 32, 512, 1, 2, 4, 0, 4),
+    ScaledGemmConfig(32, 16, 512, 2, 1, 3, 0, 2),
     ScaledGemmConfig(32, 16, 256, 2, 1, 3, 0, 2),
-    ScaledGemmConfig(16, 32, 256, 1, 2, 3, 0, 2),
-    ScaledGemmConfig(32, 32, 128, 1, 2, 3, 0, 4),
     ScaledGemmConfig(32, 64, 256, 1, 4, 3, 0, 2),
     ScaledGemmConfig(64, 64, 128, 2, 2, 3, 0, 4),
     ScaledGemmConfig(64, 128, 128, 2, 2, 3, 0, 4),
     ScaledGemmConfig(128, 64, 128, 2, 2, 3, 0, 4),
-    ScaledGemmConfig(128, 128, 128, 2, 2, 3, 8, 4),
+    ScaledGemmConfig(128, 128, 128, 2, 2, 3, 8, 2),
     ScaledGemmConfig(256, 128, 128, 2, 2, 3, 8, 4),
     ScaledGemmConfig(256, 128, 128, 4, 2, 3, 8, 4),
     ScaledGemmConfig(128, 256, 128, 2, 4, 3, 8, 4),
@@ -275,19 +275,27 @@ def config_fits(cfg: ScaledGemmConfig, problem: ScaledGemmProblem) -> Optional[D
 # baseline's tile is idle and it launches only ceil(N/128) workgroups (32 at N=4096, on 256
 # CUs); these narrow tiles launch ceil(N/16) or ceil(N/64). First fitting wins.
 _BASELINE_BY_M = (
-    (32, (ScaledGemmConfig(32, 16, 256, 2, 1, 3, 0, 2), ScaledGemmConfig(32, 64, 256, 1, 4, 3, 0, 2))),
+    (16, (ScaledGemmConfig(16, 32, 512, 1, 2, 4, 0, 4), ScaledGemmConfig(32, 16, 256, 2, 1, 3, 0, 2))),
+    (32, (ScaledGemmConfig(32, 16, 512, 2, 1, 3, 0, 2), ScaledGemmConfig(32, 16, 256, 2, 1, 3, 0, 2))),
     (64, (ScaledGemmConfig(64, 64, 128, 2, 2, 3, 0, 4),)),
     (128, (ScaledGemmConfig(32, 64, 256, 1, 4, 3, 0, 2), ScaledGemmConfig(64, 64, 128, 2, 2, 3, 0, 4))),
 )
 
-# Curated configs that may run at one wave per SIMD, and why (the schedule goldens hold every
-# other curated config to >= 2 waves per SIMD). All are tiles for M >= 256.
+# Curated configs that may run below two waves per SIMD, and why (the schedule goldens hold every
+# other curated config to >= 2 waves per SIMD).
+_DEEP_DECODE = ("deep decode tile: 512 K values per tile (8 tiles at K = 4096) with {ahead} tiles in flight per "
+                "workgroup; its LDS ({lds}) leaves room for {wg} workgroup(s) of 2 waves per CU. A decode GEMM "
+                "is bound by the bytes in flight, not by waves; mx_m32n16k256_w2x1_s3_g0_c2 is the 2-waves-per-SIMD "
+                "decode alternative")
 ONE_WAVE_PER_SIMD = {
-    "mx_m128n128k128_w2x2_s3_g0_c4": "FP8: 3 stages of 32 KiB + scale slots (104 KiB) leave LDS for one "
+    "mx_m16n32k512_w1x2_s4_g0_c4": _DEEP_DECODE.format(ahead=3, lds="FP8 102 KiB, FP4 54 KiB", wg="1 (FP8) / 2 (FP4)"),
+    "mx_m32n16k512_w2x1_s3_g0_c2": _DEEP_DECODE.format(ahead=2, lds="FP8 75 KiB", wg="2 (FP8)"),
+    "mx_m16n32k512_w1x2_s4_g0_c2": "the grouped family's mx_m16n32k512_w1x2_s4_g0_c4 (chunk 2): "
+                                   + _DEEP_DECODE.format(ahead=3, lds="FP8 99 KiB", wg="1 (FP8)"),
+    "mx_m128n128k128_w2x2_s3_g0_c2": "FP8: 3 stages of 32 KiB + scale slots (100 KiB) leave LDS for one "
                                      "workgroup of 4 waves per CU; the 2-workgroup 128x64 / 64x128 tiles are its "
                                      "alternatives",
-    "mx_m128n128k128_w2x2_s3_g8_c4": "as mx_m128n128k128_w2x2_s3_g0_c4",
-    "mx_m128n128k128_w2x2_s3_g0_c2": "as mx_m128n128k128_w2x2_s3_g0_c4 (the grouped family's chunk of 2)",
+    "mx_m128n128k128_w2x2_s3_g8_c2": "as mx_m128n128k128_w2x2_s3_g0_c2",
     "mx_m256n128k128_w2x2_s3_g8_c4": "by design: 4 waves of 128x64 outputs each read 12 operand rows per 32 "
                                      "MFMAs, the fewest LDS bytes per MFMA of the curated tiles (its 8-wave twin "
                                      "mx_m256n128k128_w4x2_s3_g8_c4 holds 2 waves per SIMD)",

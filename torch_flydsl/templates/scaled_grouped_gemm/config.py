@@ -3,7 +3,7 @@ block order within a group (which tile a workgroup computes comes from the offse
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from typing import Optional
 
 from ..base import Decline, pick_by_size, split_by_fit
@@ -38,7 +38,7 @@ class ScaledGroupedConfig(ScaledGemmConfig):
 # The scaled family's row-major tiles with scale chunks of at most 2 K tiles: with the persistent
 # walk's state live across the loop, a 4-tile chunk's unrolled addresses spill SGPRs.
 GROUPED_MAX_CHUNK = 2
-CURATED = tuple(ScaledGroupedConfig(*astuple(c)[:-1], min(c.chunk, GROUPED_MAX_CHUNK))
+CURATED = tuple(replace(ScaledGroupedConfig(*astuple(c)), chunk=min(c.chunk, GROUPED_MAX_CHUNK))
                 for c in SCALED_CURATED if c.group_m == 0)
 BASELINE = CURATED[0]
 # With autotuning off, one config per problem by the mean rows per group (MoE groups are small).
