@@ -287,8 +287,8 @@ def test_prefetch_loop_groups_along_k_with_empty_and_one_row_groups(workgroups):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg", PREFETCH_BIG, ids=lambda c: c.key())
-def test_prefetch_big_tile_two_tiles_per_group_and_tile_walks(cfg):
+def test_prefetch_big_tile_row_major_experts_two_tiles_per_group_and_tile_walks(cfg):
     sizes = [cfg.block_m + 40, 0, 9]
-    rep = emulate_grouped(cfg, sizes, n=cfg.block_n + 24, k=6 * cfg.block_k, b_major="col", spare_rows=3, pad=8,
+    rep = emulate_grouped(cfg, sizes, n=cfg.block_n + 24, k=6 * cfg.block_k, b_major="row", spare_rows=3, pad=8,
                           offset=8, seed=3, workgroups=2)
     assert rep.ok, rep

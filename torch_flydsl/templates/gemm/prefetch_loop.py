@@ -33,7 +33,7 @@ from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
 from ..dsl import dsl_control_flow
 from .geometry import MMA_K, MMA_N
 from .main_loop import PipelineSpec, main_loop
-from .mma import SCHED_DS_READ, SCHED_MFMA, SCHED_VMEM, Mma, interleave_dmas
+from .mma import SCHED_DS_READ, SCHED_MFMA, SCHED_VMEM, Mma
 from .tile_loads import Operand, TileLoads
 from .tile_spec import TileSpec
 
@@ -41,14 +41,11 @@ from .tile_spec import TileSpec
 class PrefetchMma(Mma):
     """``Mma`` with a second A/B register fragment set: ``read(stage, slot)`` issues the LDS
     reads of a stage into fragment slot 0 or 1, ``multiply(slot, dmas)`` accumulates that
-    slot's fragments (its ``dmas`` DMAs, issued just before, spread between the MFMAs).
-    ``spread_reads``: the next tile's LDS reads go one per MFMA (``interleave_reads_and_dmas``)
-    rather than in one burst ahead of the MFMAs (``mma.interleave_dmas``); the spread keeps more
-    registers live (the grouped kernel's big tile, at 256 VGPRs, would spill)."""
+    slot's fragments: the next tile's LDS reads, issued just before, go one per MFMA and its
+    ``dmas`` DMAs between the MFMAs after them (``interleave_reads_and_dmas``)."""
 
-    def __init__(self, spec, tid, elem, a, b, out_buf, spread_reads: bool = True):
+    def __init__(self, spec, tid, elem, a, b, out_buf):
         super().__init__(spec, tid, elem, a, b, out_buf)
-        self.spread_reads = spread_reads
         self.frags = [(self.frag_a, self.frag_b, self.frag_a_dst, self.frag_b_dst)]
         frag_a = self.thr_mma.make_fragment_A(fx.make_view(a.smem, a.layout))
         frag_b = self.thr_mma.make_fragment_B(fx.make_view(b.smem, b.layout))
@@ -68,10 +65,7 @@ class PrefetchMma(Mma):
         frag_a, frag_b, _, _ = self.frags[slot]
         for kk in range_constexpr(self.spec.cfg.block_k // MMA_K):
             fx.gemm(self.tiled_mma, self.acc, frag_a[None, None, kk], frag_b[None, None, kk], self.acc)
-        if self.spread_reads:
-            interleave_reads_and_dmas(self.reads_per_tile, dmas, self.spec.mfma_per_tile)
-        else:
-            interleave_dmas(dmas, self.spec.mfma_per_tile)
+        interleave_reads_and_dmas(self.reads_per_tile, dmas, self.spec.mfma_per_tile)
 
     @property
     def reads_per_tile(self) -> int:
@@ -151,14 +145,13 @@ def _prefetch_loop(spec: PipelineSpec, load_stage, read, multiply, k_tiles, kt0)
 
 
 def pipelined_mma(spec: TileSpec, tid, elem, a: Operand, b: Operand, out_buf, k_tiles, kt0=None, plain_mma=Mma,
-                  plain_loop=main_loop, spread_reads: bool = True) -> Mma:
+                  plain_loop=main_loop) -> Mma:
     """The tile's MMA after all its K tiles: through ``prefetch_main_loop`` when the config says
-    ``prefetch`` (the dense and grouped configs' field; ``spread_reads`` as ``PrefetchMma``'s),
-    else ``plain_mma`` through ``plain_loop`` (a kernel passes its own module's names, which a
-    test may plant)."""
+    ``prefetch`` (the dense and grouped configs' field), else ``plain_mma`` through
+    ``plain_loop`` (a kernel passes its own module's names, which a test may plant)."""
     loads = TileLoads(spec, tid, a, b)
     if getattr(spec.cfg, "prefetch", 0):
-        pmma = PrefetchMma(spec, tid, elem, a, b, out_buf, spread_reads)
+        pmma = PrefetchMma(spec, tid, elem, a, b, out_buf)
         prefetch_main_loop(spec, loads, pmma, k_tiles, kt0)
         return pmma
     mma = plain_mma(spec, tid, elem, a, b, out_buf)

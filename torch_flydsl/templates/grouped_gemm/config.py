@@ -69,10 +69,9 @@ CURATED = (
     GroupedGemmConfig(256, 256, 32, 2, 4, 4, 0, prefetch=1),
 )
 
-# The register-prefetch loop holds a second A/B fragment set, and the persistent walk keeps
-# per-lane values live across the tiles (~48 VGPRs more than the dense kernel's same tile): at
-# 128 accumulators per lane the prefetch tile fits 256 VGPRs only with K-contiguous experts
-# (grp_m256n256k32_w2x4_s4_g0_rp: 256 VGPRs, no spills; row-major experts: 9 spilled VGPRs).
+# The register-prefetch loop holds a second A/B fragment set: at 128 accumulators per lane the
+# prefetch tile fits the 256 VGPRs of 2 waves per SIMD in the forward (grp_m256n256k32_w2x4_s4_g0_rp:
+# 238 with K-contiguous experts, 246 row-major) but not along K (its K masks: 1 VGPR spilled).
 PREFETCH_SPILL_ACC_REGS = 128
 
 # With autotuning off, one config per problem, by the mean rows per group.
@@ -109,10 +108,10 @@ def config_fits(cfg: GroupedGemmConfig, problem: GroupedGemmProblem) -> Optional
         return Decline("config", f"{cfg.key()}: " + "; ".join(static))
     if problem.dtype not in SUPPORTED_DTYPES:
         return Decline("dtype", f"grouped GEMM supports bf16 and fp16, got {problem.dtype}")
-    if cfg.prefetch and cfg.acc_regs_per_lane >= PREFETCH_SPILL_ACC_REGS and (problem.b_major == "row" or problem.along_k):
-        return Decline("fit", f"{cfg.key()}: with {'groups along K' if problem.along_k else 'row-major experts'} this "
-                              "big register-prefetch tile needs more than the 256 VGPRs of 2 waves per SIMD (it "
-                              "spills); it serves K-contiguous experts")
+    if cfg.prefetch and cfg.acc_regs_per_lane >= PREFETCH_SPILL_ACC_REGS and problem.along_k:
+        return Decline("fit", f"{cfg.key()}: with groups along K (the weight gradient) this big register-prefetch "
+                              "tile needs more than the 256 VGPRs of 2 waves per SIMD (it spills); it serves the "
+                              "forward (groups split the rows)")
     if problem.k % cfg.block_k and not problem.along_k:  # along K, each group's K tail is masked
         return Decline("shape", f"{cfg.key()}: K={problem.k} is not a multiple of block_k={cfg.block_k} "
                                 "(the kernel has no K tail)")
