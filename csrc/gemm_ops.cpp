@@ -48,8 +48,17 @@ constexpr int64_t kAlign = 16;
 
 // What one launch needs: the unit, the convention's slots, grid and block.
 struct Call {
-  std::string unit, kinds;
-  std::vector<Slot> slots;
+  static constexpr size_t kMaxSlots = 32;
+  std::string unit;
+  Slot slots[kMaxSlots];
+  char kinds[kMaxSlots];
+  size_t n = 0;
+  void add(Slot s) {
+    TORCH_CHECK(n < kMaxSlots, "torch_flydsl native: too many kernel arguments");
+    slots[n] = s;
+    kinds[n++] = s.kind;
+  }
+  std::string_view kind_string() const { return {kinds, n}; }
   unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
   bool nothing = false;  // a problem with nothing to compute (no tokens): no launch
 };
@@ -62,12 +71,11 @@ int64_t span_elems(const Tensor& t) {
 int64_t byte_span(const Tensor& t) { return span_elems(t) * static_cast<int64_t>(t.element_size()); }
 
 void tensor_slots(Call* c, const Tensor& t, int64_t count) {
-  c->slots.push_back(Slot::ptr(t.data_ptr()));
-  c->slots.push_back(Slot::i32(count));
-  c->kinds += "PI";
+  c->add(Slot::ptr(t.data_ptr()));
+  c->add(Slot::i32(count));
 }
-void int_slot(Call* c, int64_t v) { c->slots.push_back(Slot::i32(v)); c->kinds += 'I'; }
-void float_slot(Call* c, double v) { c->slots.push_back(Slot::f32(static_cast<float>(v))); c->kinds += 'F'; }
+void int_slot(Call* c, int64_t v) { c->add(Slot::i32(v)); }
+void float_slot(Call* c, double v) { c->add(Slot::f32(static_cast<float>(v))); }
 
 // "row", "col" or "" (templates/gemm/majors.py's major_of).
 const char* major_of(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
@@ -167,7 +175,7 @@ std::string plan_dense(const Tensor* bias, const Tensor& a, const Tensor& b, con
     if (!why.empty()) return why;
   }
   std::string why;
-  const ConfigParams* p = Registry::get().config(std::string("dense_gemm/") + cfg, &why);
+  const ConfigParams* p = Registry::get().config("dense_gemm", cfg, &why);
   if (!p) return why;
   int64_t block_m = param(*p, "block_m"), block_n = param(*p, "block_n"), block_k = param(*p, "block_k");
   int64_t split_k = std::max<int64_t>(1, param(*p, "split_k")), stages = param(*p, "stages");
@@ -250,7 +258,7 @@ std::string plan_scaled(const Tensor& a, const Tensor& b, const Tensor& sa, cons
   if (byte_span(a) % 2 || byte_span(b) % 2 || byte_span(sa) % 4 || byte_span(sb) % 4)
     return "an operand's byte span is not a whole number of its kernel units";
   std::string why;
-  const ConfigParams* p = Registry::get().config(std::string("scaled_gemm/") + cfg, &why);
+  const ConfigParams* p = Registry::get().config("scaled_gemm", cfg, &why);
   if (!p) return why;
   int64_t block_m = param(*p, "block_m"), block_n = param(*p, "block_n"), block_k = param(*p, "block_k");
   if (k % 32 || k % block_k) return cfg + ": K is not a multiple of block_k (the kernel has no K tail)";
@@ -296,7 +304,7 @@ std::string plan_grouped(const Tensor& a, const Tensor& b, const Tensor* offs, c
     if (!why.empty()) return why;
   if (bm == "row" && byte_span(b) % 4) return "B is contiguous along N and ends in the middle of a dword";
   std::string why;
-  const ConfigParams* p = Registry::get().config(std::string("grouped_gemm/") + cfg, &why);
+  const ConfigParams* p = Registry::get().config("grouped_gemm", cfg, &why);
   if (!p) return why;
   int64_t block_m = param(*p, "block_m"), block_n = param(*p, "block_n"), block_k = param(*p, "block_k");
   if (k % block_k) return cfg + ": K is not a multiple of block_k (the kernel has no K tail)";
@@ -326,9 +334,9 @@ std::string launch(const Call& c, int device, void* stream) {
   const KernargPlan* plan = nullptr;
   hipFunction_t fn = nullptr;
   std::string why;
-  if (!Registry::get().unit(c.unit, c.kinds, device, true, stream, &plan, &fn, &why)) return why;
+  if (!Registry::get().unit(c.unit, c.kind_string(), device, true, stream, &plan, &fn, &why)) return why;
   alignas(16) uint8_t buffer[kMaxKernarg];
-  pack_kernargs(*plan, c.slots.data(), c.slots.size(), buffer);
+  pack_kernargs(*plan, c.slots, c.n, buffer);
   size_t size = plan->size;
   void* extra[] = {kLaunchParamBufferPointer, buffer, kLaunchParamBufferSize, &size, kLaunchParamEnd};
   const HipApi* hip = hip_api(&why);
@@ -355,25 +363,25 @@ std::string plan_op(const std::string& name, const std::vector<c10::IValue>& arg
     *out_device = args[3].toTensor();
     // mm: alpha 1, beta 0 (DenseCall's defaults; the bias-free kernel reads neither bias nor beta)
     return plan_dense(nullptr, args[0].toTensor(), args[1].toTensor(), args[3].toTensor(), 1.0, 0.0,
-                      std::string(args[2].toStringRef()), stream, c);
+                      args[2].toStringRef(), stream, c);
   }
   if (name == "dense_addmm_out") {
     *out_device = args[6].toTensor();
     Tensor bias = args[0].toTensor();
     return plan_dense(&bias, args[1].toTensor(), args[2].toTensor(), args[6].toTensor(), args[3].toDouble(),
-                      args[4].toDouble(), std::string(args[5].toStringRef()), stream, c);
+                      args[4].toDouble(), args[5].toStringRef(), stream, c);
   }
   if (name == "scaled_mm_out") {
     *out_device = args[6].toTensor();
     const Tensor* bias = optional_tensor(args[4], &bias_keep);
     return plan_scaled(args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3].toTensor(), bias,
-                       args[6].toTensor(), std::string(args[5].toStringRef()), c);
+                       args[6].toTensor(), args[5].toStringRef(), c);
   }
   if (name == "grouped_mm_out") {
     *out_device = args[4].toTensor();
     const Tensor* offs = optional_tensor(args[2], &bias_keep);
     return plan_grouped(args[0].toTensor(), args[1].toTensor(), offs, args[4].toTensor(),
-                        std::string(args[3].toStringRef()), c);
+                        args[3].toStringRef(), c);
   }
   return "no native plan for " + name;
 }

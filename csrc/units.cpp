@@ -91,7 +91,14 @@ void Registry::load_index_locked() {
       if (eq != std::string::npos) params[kv.substr(0, eq)] = std::strtoll(kv.c_str() + eq + 1, nullptr, 10);
     }
     u->size = std::strtoll(f[3].c_str(), nullptr, 10);
-    configs_[f[1]] = params;
+    auto slash = f[1].find('/');
+    if (slash == std::string::npos) {
+      index_error_ = index + ": a config field without a family (<family>/<config>)";
+      units_.clear();
+      configs_.clear();
+      return;
+    }
+    configs_[f[1].substr(0, slash)][f[1].substr(slash + 1)] = params;
     units_[u->id] = std::move(u);
   }
 }
@@ -103,18 +110,20 @@ bool Registry::ready_locked(std::string* why) {
   return false;
 }
 
-const ConfigParams* Registry::config(const std::string& family_cfg, std::string* why) {
+const ConfigParams* Registry::config(std::string_view family, std::string_view cfg, std::string* why) {
   std::lock_guard<std::mutex> g(mu_);
   if (!ready_locked(why)) return nullptr;
-  auto it = configs_.find(family_cfg);
-  if (it == configs_.end()) {
-    *why = "config " + family_cfg + " has no code object in " + dir_ + "/native/index.tsv";
-    return nullptr;
+  auto fam = configs_.find(family);
+  if (fam != configs_.end()) {
+    auto it = fam->second.find(cfg);
+    if (it != fam->second.end()) return &it->second;
   }
-  return &it->second;
+  *why = "config " + std::string(family) + "/" + std::string(cfg) + " has no code object in " + dir_ +
+         "/native/index.tsv";
+  return nullptr;
 }
 
-Unit* Registry::unit(const std::string& id, const std::string& kinds, int device, bool load, hipStream_t stream,
+Unit* Registry::unit(const std::string& id, std::string_view kinds, int device, bool load, hipStream_t stream,
                      const KernargPlan** plan, hipFunction_t* fn, std::string* why) {
   std::lock_guard<std::mutex> g(mu_);
   if (!ready_locked(why)) return nullptr;
@@ -159,8 +168,8 @@ Unit* Registry::unit(const std::string& id, const std::string& kinds, int device
   auto p = u->plans.find(kinds);
   if (p == u->plans.end()) {
     KernargPlan fresh;
-    if (!plan_kernargs(u->meta, kinds, &fresh, why)) return nullptr;
-    p = u->plans.emplace(kinds, fresh).first;
+    if (!plan_kernargs(u->meta, std::string(kinds), &fresh, why)) return nullptr;
+    p = u->plans.emplace(std::string(kinds), fresh).first;
   }
   *plan = &p->second;
   if (!load) return u;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "code_object.h"
@@ -23,23 +24,23 @@ struct Unit {
   int64_t size = 0;    // bytes, as the index recorded them
   std::vector<uint8_t> image;
   KernelMeta meta;
-  std::map<std::string, KernargPlan> plans;  // by convention kinds
+  std::map<std::string, KernargPlan, std::less<>> plans;  // by convention kinds
   std::map<int, hipFunction_t> functions;    // by device index
 };
 
-// Config numbers by "<family>/<config key>" (block_m=..., split_k=...).
-using ConfigParams = std::map<std::string, int64_t>;
+// A config's numbers (block_m=..., split_k=...).
+using ConfigParams = std::map<std::string, int64_t, std::less<>>;
 
 class Registry {
  public:
   static Registry& get();
   // Read (again) the index under ``cache_dir``; "" means $TORCH_FLYDSL_CACHE_DIR.
   void use_cache_dir(const std::string& cache_dir);
-  // The config's numbers, or null with ``why`` (index missing, config not in it).
-  const ConfigParams* config(const std::string& family_cfg, std::string* why);
+  // The numbers of ``family``'s config ``cfg``, or null with ``why`` (index missing, config not in it).
+  const ConfigParams* config(std::string_view family, std::string_view cfg, std::string* why);
   // The unit and a plan for ``kinds``, its function on ``device`` when ``load`` (null with
   // ``why``). A module is never loaded while ``stream`` captures a graph (as kernel_cache.py).
-  Unit* unit(const std::string& id, const std::string& kinds, int device, bool load, hipStream_t stream,
+  Unit* unit(const std::string& id, std::string_view kinds, int device, bool load, hipStream_t stream,
              const KernargPlan** plan, hipFunction_t* fn, std::string* why);
   std::string status();
   // Every launch the process made since the last reset, for tests.
@@ -53,7 +54,7 @@ class Registry {
   bool read_ = false;
   std::string dir_, index_error_;
   std::map<std::string, std::unique_ptr<Unit>> units_;
-  std::map<std::string, ConfigParams> configs_;
+  std::map<std::string, std::map<std::string, ConfigParams, std::less<>>, std::less<>> configs_;  // family, cfg
   int64_t launches_ = 0;
 };
 
