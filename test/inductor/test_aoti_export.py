@@ -28,6 +28,7 @@ pytestmark = pytest.mark.emulator
 BACKENDS = "ATEN,TRITON,FLYDSL"
 EMULATOR = {"TORCH_FLYDSL_EXECUTOR": "emulator", "TORCH_FLYDSL_INTREE_POLICY": "plugin"}
 BF16_TOLERANCE = 2e-2  # max |out - eager| / max |eager|
+DYNAMIC_ROWS = (1, 37, 200)  # batch sizes one package with a symbolic batch runs
 
 
 def step(what: str, workdir: Path, env: dict) -> dict:
@@ -134,6 +135,15 @@ def test_mx_scaled_mm_under_cpp_wrapper_calls_the_op_and_matches_the_reference(t
     r = step("mx_cpp_wrapper", tmp_path, EMULATOR)
     assert sorted(set(re.findall(r"torch_flydsl(?:::|\.)(\w+_out)", r["code"]))) == ["scaled_mm_out"]
     assert r["max_rel_err"] < 1e-2, r
+
+
+@pytest.mark.slow
+def test_a_batch_size_that_varies_is_served_by_one_package(tmp_path):
+    built = step("dyn_build", tmp_path, EMULATOR)
+    assert [c.split("(")[0] for c in proxy_calls(built["package"])] == ["torch_flydsl::dense_addmm_out"]
+    r = step("dyn_load", tmp_path, EMULATOR)
+    assert r["flydsl_warnings"] == [] and r["served"] == ["dense_addmm_out"] * len(DYNAMIC_ROWS), r
+    assert max(r["max_rel_err"]) < BF16_TOLERANCE, r
 
 
 # -- the steps, each in a fresh process -----------------------------------------------------
@@ -369,8 +379,46 @@ def mx_cpp_wrapper(workdir: Path) -> dict:
     return {"max_rel_err": rel_err(out, reference(*args)), "code": "\n".join(code)}
 
 
+def dyn_linear():
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Linear(256, 128).to(torch.bfloat16).eval()
+
+
+def dyn_build(workdir: Path) -> dict:
+    """A Linear exported with a symbolic batch (``torch.export.Dim``): one kernel for every M."""
+    import torch
+
+    import torch_flydsl
+
+    torch_flydsl.enable()
+    force_flydsl_to_win()
+    x = torch.randn(64, 256, dtype=torch.bfloat16)
+    exported = torch.export.export(dyn_linear(), (x,), dynamic_shapes={"input": {0: torch.export.Dim("batch", max=4096)}})
+    path = torch._inductor.aoti_compile_and_package(
+        exported, package_path=str(workdir / "model.pt2"),
+        inductor_configs={"max_autotune": True, "max_autotune_gemm_backends": BACKENDS})
+    return {"package": path}
+
+
+def dyn_load(workdir: Path) -> dict:
+    import torch
+
+    served = count_served()
+    warnings = plugin_warnings()
+    runner, eager = torch._inductor.aoti_load_package(str(workdir / "model.pt2")), dyn_linear()
+    errs = []
+    with torch.no_grad():
+        for m in DYNAMIC_ROWS:
+            x = torch.randn(m, 256, dtype=torch.bfloat16)
+            errs.append(rel_err(runner(x), eager(x)))
+    return {"max_rel_err": errs, "served": served, "flydsl_warnings": warnings}
+
+
 STEPS = {"build": build, "load": load, "load_without_plugin": load_without_plugin, "cpp_wrapper": cpp_wrapper,
-         "mx_build": mx_build, "mx_load": mx_load, "mx_cpp_wrapper": mx_cpp_wrapper}
+         "mx_build": mx_build, "mx_load": mx_load, "mx_cpp_wrapper": mx_cpp_wrapper, "dyn_build": dyn_build,
+         "dyn_load": dyn_load}
 
 if __name__ == "__main__":
     print(json.dumps(STEPS[sys.argv[1]](Path(sys.argv[2]))))
