@@ -193,6 +193,22 @@ def test_the_cli_plans_a_shape_file_and_exits_2_on_a_malformed_one(tmp_path, cap
     assert "name the op, not all" in capsys.readouterr().err
 
 
+def test_a_topk_shape_file_sets_the_deterministic_mode_in_json_and_csv(tmp_path):
+    fields = suite("topk").fields
+    assert parse('[{"rows": 4, "N": 300, "k": 8, "deterministic": true}, [ "bf16", 2, 64, 4 ]]', fields) == [
+        {"dtype": "fp32", "rows": 4, "N": 300, "k": 8, "deterministic": True},
+        {"dtype": "bf16", "rows": 2, "N": 64, "k": 4, "deterministic": False}]
+    csv_recs = parse("rows,N,k,deterministic\n4,300,8,on\n4,300,8,False\n", fields, "s.csv")
+    assert [r["deterministic"] for r in csv_recs] == [True, False]
+    with pytest.raises(ShapesFileError, match="deterministic must be true or false, got 'maybe'"):
+        parse("rows,N,k,deterministic\n4,300,8,maybe\n", fields, "s.csv")
+    path = tmp_path / "topk.json"
+    path.write_text('[{"rows": 4, "N": 300, "k": 8, "deterministic": true}, {"rows": 4, "N": 300, "k": 4}]')
+    out = bench("topk", "--shapes", str(path), "--out", str(tmp_path / "o")).stdout
+    assert "2 shapes" in out and "fp32 4x300 k8 det " in out and "fp32 4x300 k4 " in out
+    assert "k4 det" not in out
+
+
 def test_a_grouped_shape_record_is_the_moe_case_it_describes():
     from torch_flydsl.bench import grouped_mm as g
 

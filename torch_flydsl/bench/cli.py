@@ -54,7 +54,8 @@ be left out. Fields per op:
               intermediate), proj (gate_up|down, default gate_up), tokens,
               routing (balanced|zipf|empty, default balanced)
   rms_norm    dtype (bf16|fp16, default bf16), rows, n
-  topk        dtype (fp32|bf16|fp16, default fp32), rows, N, k
+  topk        dtype (fp32|bf16|fp16, default fp32), rows, N, k, deterministic (true|false,
+              default false: torch.use_deterministic_algorithms for both columns)
 
 e.g. mm.json: [{"M": 1, "N": 4096, "K": 4096}, [8192, 8192, 8192]]
      rms.csv: dtype,rows,n / bf16,64,4097

@@ -293,8 +293,9 @@ BENCH = Suite(
     op="topk",
     intree_op="topk",
     title="torch.topk (eager, last dim of a contiguous [rows, N] tensor, sorted; det: deterministic algorithms)",
-    # A shapes file's records have no deterministic key (timed with it off); the seed's have it.
-    fields=(Field("dtype", str, "fp32", tuple(DTYPES)), Field("rows"), Field("N"), Field("k")),
+    # A shapes file's record may leave deterministic out (timed with deterministic algorithms off).
+    fields=(Field("dtype", str, "fp32", tuple(DTYPES)), Field("rows"), Field("N"), Field("k"),
+            Field("deterministic", bool, False)),
     seed=lambda: records(),
     label=_label,
     plan=_record_plan,

@@ -40,6 +40,9 @@ def _positive_int(name: str, value: Any, strict: bool, least: int = 1) -> int:
     return number
 
 
+_TEXT_BOOLS = {"true": True, "false": False, "on": True, "off": False, "1": True, "0": False}
+
+
 @dataclass(frozen=True)
 class Field:
     """One named value of a shape: ``kind`` int (positive), str or bool.
@@ -76,6 +79,8 @@ class Field:
         if self.kind is int:
             value = _positive_int(self.name, value, strict, 0 if explain else 1)
         elif self.kind is bool:
+            if not strict and isinstance(value, str) and value.strip().lower() in _TEXT_BOOLS:
+                value = _TEXT_BOOLS[value.strip().lower()]  # a CSV cell
             if not isinstance(value, bool):
                 raise FieldError(f"{self.name} must be true or false, got {value!r}")
         else:
