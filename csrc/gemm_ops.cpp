@@ -108,6 +108,13 @@ int64_t param(const ConfigParams& p, const char* k) {
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A bias the kernels read as one row: [N] unit-stride, or [M, N] expanded with strides (0, 1).
+bool per_column_vector(const Tensor& t, int64_t m, int64_t n) {
+  return (t.dim() == 1 && t.size(0) == n && (t.stride(0) == 1 || n == 1)) ||
+         (t.dim() == 2 && t.size(0) == m && t.size(1) == n && (t.stride(0) == 0 || m == 1) &&
+          (t.stride(1) == 1 || n == 1));
+}
+
 // -- split-K workspaces, one per (device, stream), zeroed once (launcher._workspace) ----------
 std::mutex ws_mu;
 std::map<std::pair<int, uintptr_t>, Tensor> workspaces;
@@ -166,10 +173,7 @@ std::string plan_dense(const Tensor* bias, const Tensor& a, const Tensor& b, con
   if (use_bias) {
     const Tensor& t = *use_bias;
     if (t.scalar_type() != a.scalar_type()) return "bias dtype differs from the inputs";
-    bool row = (t.dim() == 1 && t.size(0) == n && (t.stride(0) == 1 || n == 1)) ||
-               (t.dim() == 2 && t.size(0) == m && t.size(1) == n && (t.stride(0) == 0 || m == 1) &&
-                (t.stride(1) == 1 || n == 1));
-    if (!row) return "bias is not a per-column vector";
+    if (!per_column_vector(t, m, n)) return "bias is not a per-column vector";
     bias_row = t.dim() == 2 ? t.select(0, 0) : t;
     std::string why = aligned("bias", bias_row, 0, false);
     if (!why.empty()) return why;
@@ -232,25 +236,30 @@ std::string plan_scaled(const Tensor& a, const Tensor& b, const Tensor& sa, cons
   if (k != kb || out.size(0) != m || out.size(1) != n) return "inconsistent shapes";
   if (std::min({m, n, k}) <= 0) return "empty problem";
   if (std::max({m, n, k}) > kInt32Max) return "a dimension exceeds int32";
-  if (a.stride(1) != 1 || b.stride(0) != 1) return "A must be row-major and B column-major";
+  if (k % 32 || k % 128) return "K is not a multiple of 128 (the scaled MFMA's K; the kernel has no K tail)";
+  if (a.stride(1) != 1 || (m > 1 && a.stride(0) < a.size(1))) return "A must be row-major [M, K]";
+  if (b.stride(0) != 1 || (n > 1 && b.stride(1) < b.size(0))) return "B must be column-major [K, N]";
   const char* od = dtype_name(out.scalar_type());
   if (!*od) return "output dtype is not bfloat16 or float16";
-  if (out.stride(1) != 1 && n > 1) return "output is not row-major";
-  for (const Tensor* s : {&sa, &sb})
-    if (s->scalar_type() != at::ScalarType::Float8_e8m0fnu || s->stride(1) != 1) return "scales must be E8M0 row-major";
-  if (sa.size(0) < m || sb.size(0) < n || sa.size(1) * 32 != k || sb.size(1) * 32 != k)
-    return "scales must be [>= rows, K/32]";
-  for (auto why : {aligned("A", a, a.stride(0), true), aligned("B", b, b.stride(1), true),
-                   aligned("scale_a", sa, sa.stride(0), false), aligned("scale_b", sb, sb.stride(0), false),
-                   aligned("output", out, out.stride(0), true)})
+  if ((out.stride(1) != 1 && n > 1) || (m > 1 && out.stride(0) < n)) return "output is not row-major";
+  for (auto why : {aligned("A", a, a.stride(0), m > 1), aligned("B", b, b.stride(1), n > 1),
+                   aligned("output", out, out.stride(0), m > 1)})
     if (!why.empty()) return why;
+  // eligibility._check_scale: E8M0 [>= rows, K/32] row-major, 4-byte aligned start and row stride
+  const int64_t blocks = k / 32;
+  for (auto [s, rows] : {std::pair<const Tensor*, int64_t>{&sa, m}, {&sb, n}}) {
+    if (s->scalar_type() != at::ScalarType::Float8_e8m0fnu) return "scales must be float8_e8m0fnu";
+    if (s->size(1) != blocks || s->size(0) < rows) return "scales must be [>= rows, K/32]";
+    if (s->stride(1) != 1 || (s->size(0) > 1 && s->stride(0) < blocks)) return "scales are not row-major";
+    if (reinterpret_cast<uintptr_t>(s->data_ptr()) % 4 || (s->size(0) > 1 && s->stride(0) % 4))
+      return "scales must start on a 4-byte boundary with a row stride of a multiple of 4 bytes";
+    if (byte_span(*s) >= kSpanLimit) return "a scale tensor spans 4 GiB or more";
+  }
   Tensor bias_row;
   if (bias) {
     const Tensor& t = *bias;
     if (t.scalar_type() != out.scalar_type()) return "bias dtype differs from the output";
-    bool row = (t.dim() == 1 && t.size(0) == n && (t.stride(0) == 1 || n == 1)) ||
-               (t.dim() == 2 && t.size(0) == m && t.size(1) == n && t.stride(0) == 0 && t.stride(1) == 1);
-    if (!row) return "bias is not a per-column vector";
+    if (!per_column_vector(t, m, n)) return "bias is not a per-column vector";
     bias_row = t.dim() == 2 ? t.select(0, 0) : t;
     std::string why = aligned("bias", bias_row, 0, false);
     if (!why.empty()) return why;
@@ -261,7 +270,7 @@ std::string plan_scaled(const Tensor& a, const Tensor& b, const Tensor& sa, cons
   const ConfigParams* p = Registry::get().config("scaled_gemm", cfg, &why);
   if (!p) return why;
   int64_t block_m = param(*p, "block_m"), block_n = param(*p, "block_n"), block_k = param(*p, "block_k");
-  if (k % 32 || k % block_k) return cfg + ": K is not a multiple of block_k (the kernel has no K tail)";
+  if (k % block_k) return cfg + ": K is not a multiple of block_k (the kernel has no K tail)";
   c->unit = std::string(TFN_SCALED_VERSION) + "/" + cfg + "/" + af + "." + bf + "/" + od + "/bias" + (bias ? "1" : "0");
   auto units = [](const Tensor& t, int64_t unit) { return byte_span(t) / unit; };
   tensor_slots(c, out, span_elems(out));

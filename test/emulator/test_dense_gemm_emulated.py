@@ -71,13 +71,13 @@ def test_every_curated_config(i):
     # (the pipeline wraps its stages; split-K: two per split), padded leading strides and a
     # storage offset, layouts and dtypes rotating.
     # The register-prefetch configs (big tiles, costly to emulate): one output tile with M and N
-    # tails, and 2 * stages - 1 K tiles (its loop's unrolled pairs, the odd last tile, the
-    # re-fetches past the last tile); test_dense_gemm_prefetch.py sweeps more.
+    # tails, and stages + 1 K tiles (its loop's unrolled pairs, the odd last tile when stages is
+    # even, the re-fetches past the last tile); test_dense_gemm_prefetch.py sweeps more.
     cfg = CURATED[i]
     k_tiles = 3 if cfg.split_k == 1 else cfg.split_k * (cfg.stages - 1)
     m, n = 2 * cfg.block_m - 8, cfg.block_n + 24
     if cfg.prefetch:
-        k_tiles, m, n = 2 * cfg.stages - 1, cfg.block_m - 8, cfg.block_n - 24
+        k_tiles, m, n = cfg.stages + 1, cfg.block_m - 8, cfg.block_n - 24
     k = k_tiles * cfg.block_k - 24
     rep = emulate_gemm(cfg, m, n, k, layout=LAYOUTS[i % 4], dtype=(torch.bfloat16, torch.float16)[i % 2],
                    pad=8, offset=8, bias="vector" if i % 3 == 0 else None, alpha=0.75, beta=-1.5, seed=i)

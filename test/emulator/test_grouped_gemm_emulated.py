@@ -130,9 +130,9 @@ def test_every_curated_config(cfg):
     n, workgroups, pad = cfg.block_n + 8, None, 0
     if cfg.prefetch:
         # The register-prefetch big tile (costly to emulate): one workgroup walks two tiles with
-        # row tails across an empty group, 2 * stages - 1 K tiles each (unrolled pairs, the odd
-        # last tile, re-fetches past the last tile), an N tail, padded strides and storage offsets.
-        sizes, n, k, workgroups = [cfg.block_m // 2 + 3, 0, 40], cfg.block_n - 8, (2 * cfg.stages - 1) * cfg.block_k, 1
+        # row tails across an empty group, stages + 1 K tiles each (unrolled pairs, the odd
+        # last tile when stages is even, re-fetches past the last tile), an N tail, padded strides and storage offsets.
+        sizes, n, k, workgroups = [cfg.block_m // 2 + 3, 0, 40], cfg.block_n - 8, (cfg.stages + 1) * cfg.block_k, 1
         pad = 8
     rep = emulate_grouped(cfg, sizes, n=n, k=k, seed=cfg.block_m, workgroups=workgroups, pad=pad, offset=pad)
     assert rep.ok, rep
