@@ -13,6 +13,7 @@ Every step runs in a fresh process: this file, run as a script (``STEPS`` below)
 """
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -120,7 +121,15 @@ def mx_package(tmp_path_factory):
     return built_once(tmp_path_factory, "aoti_export_mx", "mx_build")
 
 
+def e8m0_in_cpp_wrappers() -> bool:
+    from torch_flydsl.inductor.versions import cpp_wrapper_lacks_e8m0
+
+    return cpp_wrapper_lacks_e8m0() is None
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(not e8m0_in_cpp_wrappers(), reason="this torch's C++ wrappers have no E8M0 dtype: PyTorch "
+                    "cannot compile MX scales there (the decline test below covers it)")
 def test_mx_scaled_mm_package_calls_the_op_and_loaded_matches_the_reference(mx_package):
     workdir, report = mx_package
     assert_expected_inline("\n".join(proxy_calls(report["package"])),
@@ -132,7 +141,12 @@ def test_mx_scaled_mm_package_calls_the_op_and_loaded_matches_the_reference(mx_p
 
 @pytest.mark.slow
 def test_mx_scaled_mm_under_cpp_wrapper_calls_the_op_and_matches_the_reference(tmp_path):
-    r = step("mx_cpp_wrapper", tmp_path, EMULATOR)
+    r = step("mx_cpp_wrapper", tmp_path, {**EMULATOR, "TORCH_FLYDSL_LOG": "info"})
+    if not e8m0_in_cpp_wrappers():  # torch 2.11: declined with the reason; PyTorch's C++ fails anyway
+        assert any("scaled_mm node" in n and "has no E8M0 dtype" in n for n in r["notes"]), r["notes"]
+        assert "aoti_torch_dtype_float8_e8m0fnu" in r["error"], r["error"][-2000:]
+        return
+    assert "error" not in r, r["error"][-2000:]
     assert sorted(set(re.findall(r"torch_flydsl(?:::|\.)(\w+_out)", r["code"]))) == ["scaled_mm_out"]
     assert r["max_rel_err"] < 1e-2, r
 
@@ -229,17 +243,16 @@ def build(workdir: Path) -> dict:
     return {"package": path}
 
 
-def plugin_warnings() -> list:
-    """The torch_flydsl logger's warnings from now on (a PyTorch fallback of an op says one)."""
-    import logging
-
+def plugin_warnings(level: int = logging.WARNING) -> list:
+    """The torch_flydsl logger's warnings from now on (a PyTorch fallback of an op says one), or
+    its lines of ``level`` and above (the logger passes on what ``TORCH_FLYDSL_LOG`` lets through)."""
     seen: list = []
 
     class Handler(logging.Handler):
         def emit(self, record):
             seen.append(record.getMessage())
 
-    logging.getLogger("torch_flydsl").addHandler(Handler(logging.WARNING))
+    logging.getLogger("torch_flydsl").addHandler(Handler(level))
     return seen
 
 
@@ -374,9 +387,13 @@ def mx_cpp_wrapper(workdir: Path) -> dict:
     force_flydsl_to_win()
     pytorch_mx_untimed()
     model, args, reference = mx_case()
-    with ic.patch(cpp_wrapper=True, max_autotune=True, max_autotune_gemm_backends=BACKENDS):
-        out, code = run_and_get_code(torch.compile(model), *args)
-    return {"max_rel_err": rel_err(out, reference(*args)), "code": "\n".join(code)}
+    notes = plugin_warnings(logging.INFO)
+    try:
+        with ic.patch(cpp_wrapper=True, max_autotune=True, max_autotune_gemm_backends=BACKENDS):
+            out, code = run_and_get_code(torch.compile(model), *args)
+    except Exception as e:  # torch 2.11: its C++ wrapper cannot hold E8M0 tensors
+        return {"error": f"{type(e).__name__}: {e}", "notes": notes}
+    return {"max_rel_err": rel_err(out, reference(*args)), "code": "\n".join(code), "notes": notes}
 
 
 def dyn_linear():

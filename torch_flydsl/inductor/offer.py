@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import sympy
+import torch
 
 from .. import config
 from .._log import log
@@ -20,7 +21,7 @@ from ..runtime.probe import flydsl_info, off_warned
 from ..registry import Family, family_for
 from ..serving import deferral
 from ..templates.base import Decline, TensorMeta
-from .versions import size_hint
+from .versions import cpp_wrapper_lacks_e8m0, size_hint
 
 
 @dataclass
@@ -143,7 +144,12 @@ def plan(op_name: str, nodes: list[Any], layout, scalars: dict, serving: Optiona
     reason = device_decline(device)
     if reason:
         return offer.decline("device", reason)
-    deferred = None if cpp_wrapper_codegen() else deferral(serving or op_name, device.type, device.index or 0)
+    cpp = cpp_wrapper_codegen()
+    if cpp and any(n.get_dtype() == torch.float8_e8m0fnu for n in nodes):
+        lacks = cpp_wrapper_lacks_e8m0()
+        if lacks:
+            return offer.decline("codegen", lacks)
+    deferred = None if cpp else deferral(serving or op_name, device.type, device.index or 0)
     if deferred:
         return offer.decline("coexistence", deferred)
     metas = [tensor_meta(n) for n in nodes]
