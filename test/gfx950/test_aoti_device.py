@@ -43,6 +43,8 @@ def test_cpp_wrapper_compile_on_the_device_calls_the_ops_and_matches_eager(tmp_p
     assert r["max_rel_err"] < steps.BF16_TOLERANCE, r
 
 
+@pytest.mark.skipif(not steps.e8m0_in_cpp_wrappers(), reason="this torch's C++ wrappers have no E8M0 dtype (MX is "
+                    "declined under cpp_wrapper/AOTI there)")
 def test_mx_scaled_mm_package_on_the_device(tmp_path):
     steps.step("mx_build", tmp_path, DEVICE)
     r = steps.step("mx_load", tmp_path, DEVICE)
