@@ -45,7 +45,7 @@ def summary(key, b_major, tmp_path):
 
 def test_moe_decode_tile_column_major_experts(tmp_path):
     assert_expected_inline(summary("grp_m32n128k64_w1x4_s3_g0", "col", tmp_path), """\
-flydsl_grouped_gemm_ragged_bf16_nt_grp_m32n128k64_w1x4_s3_g0: vgpr=92 agpr=0 sgpr=67 lds=61440 spills=0 scratch=0
+flydsl_grouped_gemm_ragged_bf16_nt_grp_m32n128k64_w1x4_s3_g0: vgpr=80 agpr=0 sgpr=73 lds=61440 spills=0 scratch=0
 mfma: 40
 16-byte DMA to LDS: 25
 offset loads: 7
