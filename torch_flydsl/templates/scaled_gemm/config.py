@@ -115,7 +115,8 @@ class ScaledGemmConfig:
     def from_key(cls, key: str) -> "ScaledGemmConfig":
         match = cls._KEY_RE.match(key[len(KEY_PREFIX):]) if key.startswith(KEY_PREFIX) else None
         if match is None:
-            raise ValueError(f"not a scaled GEMM config key: {key!r}")
+            why = " (no split-K)" if "_sk" in key else ""
+            raise ValueError(f"not a scaled GEMM config key{why}: {key!r}")
         return cls(*(int(g) for g in match.groups() if g is not None))
 
     def __str__(self) -> str:
