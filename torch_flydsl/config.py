@@ -83,6 +83,11 @@ KNOBS = (
     Knob("TORCH_FLYDSL_VLLM_MXFP4", "0", "1 (or true/yes/on), with TORCH_FLYDSL_VLLM=1: MXFP4 (W4A4) linear layers whose "
          "[N, K] the dispatch table names run the MX scaled GEMM too (opt-in: the plugin quantizes their activations "
          "and may keep a copy of the checkpoint's weights beside AITER's pre-shuffled one)."),
+    Knob("TORCH_FLYDSL_NATIVE", "auto", "The C++ launcher (docs/native.md): auto loads a library that `python -m "
+         "torch_flydsl native build` left for this torch and these sources, on a ROCm torch only; 1 loads it on any "
+         "torch; 0 never (the Python launcher serves). Read at import torch."),
+    Knob("TORCH_FLYDSL_HIP_LIBRARY", "", "The HIP runtime library the C++ launcher opens with dlopen (unset: "
+         "libamdhip64.so); the tests point it at their stand-in HIP library."),
 )
 
 

@@ -238,9 +238,9 @@ def spy_on_launcher(monkeypatch):
         spy.launches += 1
         return result
 
-    def watched_first_use(key, compile_fn):
+    def watched_first_use(key, compile_fn, prebuild=None):
         capturing = torch.cuda.is_current_stream_capturing()
-        hit, ran_now = first_use(key, compile_fn)
+        hit, ran_now = first_use(key, compile_fn, prebuild)
         spy.compiles += ran_now
         spy.compiles_while_capturing += ran_now and capturing
         return hit, ran_now
