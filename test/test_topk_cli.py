@@ -54,3 +54,13 @@ def test_explain_topk_table_and_declines(capsys):
     assert main(["explain", "topk", "100", "32768", "1024", "--unsorted"]) == 0
     out = capsys.readouterr().out
     assert "topk_t512_kp1024" in out and "unsorted" in out
+
+
+def test_explain_topk_text_names_the_algorithm_its_reason_and_the_tie_order(capsys):
+    assert main(["explain", "topk", "64", "4096", "32"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "algorithm: radix" in lines
+    assert any(ln.startswith("algorithm reason: k=32 > 16:") for ln in lines)
+    assert any(ln.startswith("ties: ") and "lane-strided" in ln for ln in lines)
+    assert main(["explain", "topk", "64", "4096", "8"]) == 0
+    assert "algorithm: register" in capsys.readouterr().out.splitlines()

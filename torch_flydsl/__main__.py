@@ -42,6 +42,8 @@ def _cmd_explain(args) -> int:
     sizes = " ".join(f"{f.name.upper()}={values[f.name]}" for f in user.sizes)
     print(f"{ex.op} {sizes} {family.describe(user.name, values)}, as if on gfx950 (search space: {ex.breadth})")
     print(f"served by: {ex.serving.served_by} ({ex.serving.reason})")
+    for name, value in ex.extra.items():  # a family's own answer fields (topk: algorithm, its reason, ties)
+        print(f"{name.replace('_', ' ')}: {value}")
     whole = [d for c, d in ex.declined if c is None]
     for d in whole:
         print(f"declined: {d}")
