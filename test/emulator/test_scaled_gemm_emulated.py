@@ -223,10 +223,11 @@ def test_every_curated_config_format_output_and_bias(cfg, formats, out, bias):
 # The chunked pipeline (scale slots of ``chunk`` K tiles): steady loop over several chunks and a
 # last chunk shorter than the others (K not a multiple of chunk tiles), with M/N tails, padded
 # strides and storage offsets.
-CHUNKED = [("mx_m16n32k512_w1x2_s4_g0_c4", 6, ("e5m2", "e4m3")), ("mx_m32n16k256_w2x1_s3_g0_c2", 5, ("e2m1", "e4m3"))]
+CHUNKED = [pytest.param("mx_m16n32k512_w1x2_s4_g0_c4", 6, ("e5m2", "e4m3"), marks=pytest.mark.slow, id="s4_c4"),
+           pytest.param("mx_m32n16k256_w2x1_s3_g0_c2", 5, ("e2m1", "e4m3"), id="s3_c2")]
 
 
-@pytest.mark.parametrize("key, tiles, formats", CHUNKED, ids=[c[0] for c in CHUNKED])
+@pytest.mark.parametrize("key, tiles, formats", CHUNKED)
 def test_chunked_scales_over_a_steady_loop_and_a_short_last_chunk(key, tiles, formats):
     cfg = ScaledGemmConfig.from_key(key)
     assert cfg in CURATED and tiles % cfg.chunk and tiles > cfg.chunk  # a steady chunk, then a short one

@@ -50,7 +50,8 @@ def test_extreme_scales_through_chunked_scale_slots():
 
 
 @pytest.mark.parametrize("cfg, k", [(ScaledGemmConfig(32, 32, 128, 1, 2, 2), 256),
-                                    (ScaledGemmConfig(32, 32, 128, 1, 2, 3, 0, 4), 5 * 128)], ids=str)
+                                    pytest.param(ScaledGemmConfig(32, 32, 128, 1, 2, 3, 0, 4), 5 * 128,
+                                                 marks=pytest.mark.slow)], ids=str)
 def test_nan_and_inf_in_data_and_nan_scales_propagate_like_the_reference(cfg, k):
     """NaN (e4m3 0x7F) in A, +Inf and -Inf (e5m2) in one column of B, an E8M0 0xFF scale in a
     row of A and in a column of B: every NaN, inf and its sign where the reference has them
