@@ -20,6 +20,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from expecttest import assert_expected_inline
@@ -41,7 +42,7 @@ def step(what: str, workdir: Path, env: dict) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def built_once(tmp_path_factory, name: str, what: str) -> tuple[Path, dict]:
+def built_once(tmp_path_factory, name: str, what: str, env: Optional[dict] = None) -> tuple[Path, dict]:
     """``step(what)`` into this session's ``name`` directory, once even when xdist workers split
     the module's tests (they share their session's base temp; the first to come builds)."""
     from filelock import FileLock
@@ -53,7 +54,7 @@ def built_once(tmp_path_factory, name: str, what: str) -> tuple[Path, dict]:
     with FileLock(str(base / f"{name}.lock")):
         if not report.exists():
             workdir.mkdir(exist_ok=True)
-            report.write_text(json.dumps(step(what, workdir, EMULATOR)))
+            report.write_text(json.dumps(step(what, workdir, {**EMULATOR, **(env or {})})))
     return workdir, json.loads(report.read_text())
 
 
@@ -116,9 +117,18 @@ def test_cpp_wrapper_compile_calls_the_flydsl_ops_and_matches_eager(package):
     assert r["max_rel_err"] < BF16_TOLERANCE, r
 
 
-@pytest.fixture(scope="module")
-def mx_package(tmp_path_factory):
-    return built_once(tmp_path_factory, "aoti_export_mx", "mx_build")
+@pytest.fixture(scope="module", params=["scaled_mm", "scaled_mm_v2"])
+def mx_package(request, tmp_path_factory):
+    """v1 ``torch._scaled_mm``, or v2 ``F.scaled_mm`` through the plugin's lowering override."""
+    import torch
+
+    from torch_flydsl.runtime.probe import _parse_version
+
+    if request.param == "scaled_mm_v2" and _parse_version(torch.__version__)[:2] < (2, 13):
+        pytest.skip("torch < 2.13: Inductor falls back to eager _scaled_mm_v2 before any hook")
+    workdir, report = built_once(tmp_path_factory, f"aoti_export_{request.param}", "mx_build",
+                                 {"AOTI_STEPS_MX_OP": request.param})
+    return request.param, workdir, report
 
 
 def e8m0_in_cpp_wrappers() -> bool:
@@ -131,10 +141,13 @@ def e8m0_in_cpp_wrappers() -> bool:
 @pytest.mark.skipif(not e8m0_in_cpp_wrappers(), reason="this torch's C++ wrappers have no E8M0 dtype: PyTorch "
                     "cannot compile MX scales there (the decline test below covers it)")
 def test_mx_scaled_mm_package_calls_the_op_and_loaded_matches_the_reference(mx_package):
-    workdir, report = mx_package
-    assert_expected_inline("\n".join(proxy_calls(report["package"])),
-                           """torch_flydsl::scaled_mm_out(mx_m64n64k128_w2x2_s3_g0_c4)""")
-    r = step("mx_load", workdir, EMULATOR)
+    op, workdir, report = mx_package
+    calls = "\n".join(proxy_calls(report["package"]))
+    if op == "scaled_mm":
+        assert_expected_inline(calls, """torch_flydsl::scaled_mm_out(mx_m64n64k128_w2x2_s3_g0_c4)""")
+    else:  # 128x128x256: PyTorch's own v2 choice (the plugin's aten_scaled_mm_out) lost
+        assert_expected_inline(calls, """torch_flydsl::scaled_mm_out(mx_m32n64k256_w1x4_s3_g0_c2)""")
+    r = step("mx_load", workdir, {**EMULATOR, "AOTI_STEPS_MX_OP": op})
     assert r["flydsl_warnings"] == [] and r["served"] == ["scaled_mm_out"], r
     assert r["max_rel_err"] < 1e-2, r
 
@@ -328,7 +341,11 @@ def mx_case():
     from compile_probe import scaled_case
     from torch_flydsl.templates.scaled_gemm.problem import SCALE_DTYPE
 
-    fn, args, reference = scaled_case("scaled_mm", 40, 72, 256, {"bias": True})
+    op = os.environ.get("AOTI_STEPS_MX_OP", "scaled_mm")  # or "scaled_mm_v2": F.scaled_mm, torch 2.13+
+    if op == "scaled_mm_v2" and torch.version.hip is None:
+        torch.version.hip = "7.0.0"  # v2's meta checks ROCm's MX scale layout only on a ROCm build
+    m, n = (40, 72) if op == "scaled_mm" else (128, 128)  # v2's ROCm meta: rows whole 128-row scale tiles
+    fn, args, reference = scaled_case(op, m, n, 256, {"bias": True})
     a, b, sa, sb, bias = (t.to(os.environ.get("AOTI_STEPS_DEVICE", "cpu")) for t in args)
 
     class ScaledMM(torch.nn.Module):
