@@ -9,31 +9,18 @@ template, on MoE expert projections with balanced and skewed routing.
 
 The script entry point of ``torch_flydsl.bench.grouped_mm`` (the cases, the timing and the
 outputs are described there: a table, CSVs and a plot); ``python -m torch_flydsl bench
-grouped_mm`` runs the same suite from an installed package. This script adds the static
+grouped_mm`` runs the same suite from an installed package. The suite holds the static
 side-by-side report's MoE forward (``benchmarks/isa_shapes``: 8 balanced experts, N=4096, K=2048,
 1024 and 8192 tokens) as the model ``moe8x2048`` (gate_up: N = 2 x 2048, K = 2048; top-1) and
-1024 to the token counts, so an MI350 run times every grouped shape ``benchmarks/isa_compare.py``
+1024 among the token counts, so an MI350 run times every grouped shape ``benchmarks/isa_compare.py``
 models (``--models moe8x2048 --tokens 1024,8192 --routings balanced --b-major row,col`` for just
 those; ``row`` is the layout torch 2.15's in-tree kernel serves). Without a ROCm gfx950 GPU it
 says so in one line and exits 0.
 """
 
 import sys
-from pathlib import Path
 
 from torch_flydsl.bench import grouped_mm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from isa_shapes import GROUPED_MODEL, GROUPED_TOKENS  # noqa: E402
-
-
-def extend_suite() -> None:
-    """Add the report's MoE model and token counts to the package suite (read when the CLI parses)."""
-    name, spec = GROUPED_MODEL
-    grouped_mm.MODELS.setdefault(name, grouped_mm.Moe(**spec))
-    grouped_mm.TOKENS = tuple(sorted(set(grouped_mm.TOKENS) | set(GROUPED_TOKENS)))
-
-
 if __name__ == "__main__":
-    extend_suite()
     sys.exit(grouped_mm.main())

@@ -8,28 +8,15 @@ on the same operands, per shape and MX format.
 
 The script entry point of ``torch_flydsl.bench.scaled_mm`` (the suite, its timing and its
 outputs are described there: a table, CSVs and a plot); ``python -m torch_flydsl bench
-scaled_mm`` runs the same suite from an installed package. This script adds the shapes of the
-static side-by-side report (``benchmarks/isa_shapes.MX_SHAPES``: issue 20's eight) that the
-package's suite lacks (today 32x14336x4096), so an MI350 run times every shape
-``benchmarks/isa_compare.py`` models. Without a ROCm gfx950 GPU it says so and exits 0.
+scaled_mm`` runs the same suite from an installed package. The suite holds every shape of the
+static side-by-side report (``benchmarks/isa_shapes.MX_SHAPES``: issue 20's eight), so an MI350
+run times every shape ``benchmarks/isa_compare.py`` models (``test/test_isa_compare.py`` checks
+that). Without a ROCm gfx950 GPU it says so and exits 0.
 """
 
 import sys
-from pathlib import Path
 
 from torch_flydsl.bench import scaled_mm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from isa_shapes import MX_SHAPES  # noqa: E402
-
-
-def extend_suite() -> tuple:
-    """The package suite followed by the side-by-side report's shapes it lacks (read at call
-    time by the suite's run and dry run)."""
-    scaled_mm.SUITE = tuple(dict.fromkeys((*scaled_mm.SUITE, *MX_SHAPES)))
-    return scaled_mm.SUITE
-
-
 if __name__ == "__main__":
-    extend_suite()
     sys.exit(scaled_mm.main())

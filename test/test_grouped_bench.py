@@ -40,22 +40,25 @@ def test_dry_run_lists_every_case_and_the_configs_tried(bench):
 
     out = run_script("--dry-run", "--b-major", "col,row")
     cases = bench.suite()
-    assert len(cases) == len(set(cases)) == 5 * 2 * 4 * 3
-    assert out.startswith("120 cases (torch._grouped_mm MoE forward")
+    assert len(cases) == len(set(cases)) == len(bench.MODELS) * len(bench.PROJECTIONS) * len(bench.TOKENS) * len(bench.ROUTINGS)
+    assert {"moe8x2048", "mixtral", "qwen3"} <= set(bench.MODELS) and {1024, 8192} <= set(bench.TOKENS)
+    assert out.startswith(f"{len(cases)} cases (torch._grouped_mm MoE forward")
     rows = [r.split() for r in out.splitlines()[3:] if r.split() and r.split()[0].isdigit()]
     listed = [(r[1], r[4], int(r[5]), r[9]) for r in rows]
     assert listed == [(c.model, c.projection, c.tokens, c.routing) for c in cases]
     assert {int(r[2]) for r in rows} == {8, 16, 32, 64, 128}  # expert counts swept
     # gpt-oss's K=2880 is no multiple of 128: one curated config fewer there, for both majors
-    assert all(r[-2:] == (["7", "7"] if r[1] == "gptoss" else ["8", "8"]) for r in rows)
+    n = len(CURATED)
+    assert all(r[-2:] == ([str(n - 1)] * 2 if r[1] == "gptoss" else [str(n)] * 2) for r in rows)
     every = ", ".join(c.key() for c in CURATED)
     assert out.count(f"): {every}") == 2 and "grp_m16n64k128_w1x4_s3_g0" not in out.split("gptoss down")[-1]
 
 
-def test_without_a_rocm_gfx950_gpu_it_says_so_and_exits_0():
+def test_without_a_rocm_gfx950_gpu_it_says_so_and_exits_0(bench):
     out = run_script("--models", "qwen3", "--routings", "zipf")
+    cases = len(bench.PROJECTIONS) * len(bench.TOKENS)
     assert out == ("grouped_gemm_device_bench: no ROCm gfx950 GPU here (torch.cuda.is_available() is False); "
-                   "nothing timed (--dry-run lists the 8 cases)\n")
+                   f"nothing timed (--dry-run lists the {cases} cases)\n")
 
 
 @pytest.mark.parametrize("groups", [8, 16, 32, 64, 128])
@@ -87,7 +90,7 @@ def test_its_operands_pass_the_family_gate(bench, tiny, b_major):
 
 
 def test_bench_case_picks_the_fastest_correct_config_and_reports_speedups(bench, tiny, tmp_path, monkeypatch):
-    from torch_flydsl.templates.grouped_gemm import reference
+    from torch_flydsl.templates.grouped_gemm import CURATED, reference
 
     def fake_flydsl(via, cfg, problem, a, b, offs, out):
         def call():  # the exact product; the 16-row config writes garbage
@@ -117,7 +120,7 @@ def test_bench_case_picks_the_fastest_correct_config_and_reports_speedups(bench,
         problem_routing[0] = case.routing
         rows.append(bench.bench_case(case, "col", args, None, config_rows, torch.device("cpu"), state))
     balanced, zipf = rows
-    assert (balanced["routing"], zipf["routing"]) == ("balanced", "zipf") and len(config_rows) == 16
+    assert (balanced["routing"], zipf["routing"]) == ("balanced", "zipf") and len(config_rows) == 2 * len(CURATED)
     assert balanced["flydsl_config"] == "grp_m64n64k64_w2x2_s3_g0" and balanced["flydsl_ms"] == 0.9
     assert zipf["flydsl_config"] == "grp_m128n256k64_w2x4_s3_g0"
     assert zipf["balanced_pick"] == "grp_m64n64k64_w2x2_s3_g0" and math.isclose(zipf["balanced_pick_ms"], 1.064)

@@ -71,3 +71,17 @@ def test_an_unknown_family_or_constant_is_a_usage_error(capsys):
         X.parse_args(["--set", "lds=256"])
     assert "constants are" in capsys.readouterr().err
     assert X.parse_args(["--set", "lds_bytes_per_clk=256"]).constants.lds_bytes_per_clk == 256
+
+
+def test_the_device_benches_time_every_shape_the_report_models():
+    import isa_shapes as S
+
+    from torch_flydsl.bench import grouped_mm, scaled_mm
+
+    assert set(S.MX_SHAPES) <= set(scaled_mm.SUITE)
+    name, spec = S.GROUPED_MODEL
+    moe = grouped_mm.MODELS[name]
+    assert (moe.experts, moe.top_k, moe.hidden, moe.inter) == (spec["experts"], spec["top_k"], spec["hidden"], spec["inter"])
+    assert set(S.GROUPED_TOKENS) <= set(grouped_mm.TOKENS)
+    # the report's (tokens, experts, N, K) are that model's gate_up at those token counts
+    assert {(t, moe.experts, 2 * moe.inter, moe.hidden) for t in S.GROUPED_TOKENS} == set(S.GROUPED_SHAPES)

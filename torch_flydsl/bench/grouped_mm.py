@@ -100,9 +100,11 @@ MODELS = {
     "gptoss": Moe(32, 4, 2880, 2880, "gpt-oss-20b"),
     "olmoe": Moe(64, 8, 2048, 1024, "OLMoE"),
     "qwen3": Moe(128, 8, 4096, 1536, "Qwen3-235B-A22B"),
+    # issue 20's MoE forward (benchmarks/isa_shapes.py): gate_up is N = 2I = 4096, K = H = 2048
+    "moe8x2048": Moe(8, 1, 2048, 2048, "issue 20's MoE forward"),
 }
 PROJECTIONS = ("gate_up", "down")
-TOKENS = (512, 2048, 8192, 16384)
+TOKENS = (512, 1024, 2048, 8192, 16384)
 ROUTINGS = ("balanced", "zipf", "empty")
 ZIPF_EXPONENT = 1.2
 EMPTY_EVERY = 4

@@ -67,6 +67,7 @@ from .timing import FLUSH_BYTES, baseline_column, device_gate, rel_error, short_
 SUITE = (
     *((m, 4096, 4096) for m in (1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)),
     (4096, 14336, 4096),
+    (32, 14336, 4096),  # a wide decode (issue 20's side-by-side shapes, benchmarks/isa_shapes.py)
     (32, 4096, 14336),
     (4096, 4096, 14336),
     (2048, 28672, 4096),
