@@ -1,5 +1,7 @@
 #include "units.h"
 
+#include "sha256.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -85,6 +87,7 @@ void Registry::load_index_locked() {
     u->id = f[0];
     u->file = native + "/" + f[2];
     u->kernel = f[4];
+    u->sha256 = f[2].size() == 64 + 6 && f[2].compare(64, 6, ".hsaco") == 0 ? f[2].substr(0, 64) : "";
     ConfigParams params;
     for (auto& kv : split(f[5], ',')) {
       auto eq = kv.find('=');
@@ -143,6 +146,21 @@ Unit* Registry::unit(const std::string& id, std::string_view kinds, int device, 
     u->image.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
     if (static_cast<int64_t>(u->image.size()) != u->size) {
       *why = u->file + " is " + std::to_string(u->image.size()) + " bytes, the index recorded " + std::to_string(u->size);
+      u->image.clear();
+      return nullptr;
+    }
+    // The index names a code object by its SHA-256: a file whose bytes changed since export
+    // (damaged, or replaced by someone who could not change the index) is not loaded.
+    if (u->sha256.empty()) {
+      *why = u->file + ": the index names it " + u->file.substr(u->file.rfind('/') + 1) +
+             ", not <sha256>.hsaco, so its content cannot be checked";
+      u->image.clear();
+      return nullptr;
+    }
+    std::string got = sha256_hex(u->image.data(), u->image.size());
+    if (got != u->sha256) {
+      *why = u->file + " has SHA-256 " + got + ", not the " + u->sha256 + " its name in the index records "
+             "(damaged or replaced since export: export or precompile it again)";
       u->image.clear();
       return nullptr;
     }

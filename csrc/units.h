@@ -22,6 +22,7 @@ struct Unit {
   std::string file;    // absolute path of the code object
   std::string kernel;  // its kernel name
   int64_t size = 0;    // bytes, as the index recorded them
+  std::string sha256;  // its SHA-256 (hex), the name the index gives the file (<sha256>.hsaco)
   std::vector<uint8_t> image;
   KernelMeta meta;
   std::map<std::string, KernargPlan, std::less<>> plans;  // by convention kinds

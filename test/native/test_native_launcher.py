@@ -138,6 +138,34 @@ def test_a_code_object_others_could_write_is_refused(native, tmp_path):
     assert "1 code objects" in torch.ops.torch_flydsl_native.status()
 
 
+def test_a_code_object_whose_bytes_changed_is_refused(native, tmp_path):
+    """The index names a code object by its SHA-256: one byte changed after export (same size,
+    owner-only) and the launch declines with both hashes, loading no module."""
+    import hashlib
+
+    from torch_flydsl.native import export
+
+    _, standin, _ = native
+    case = _first_of_each_variant()[-1]
+    jit_fn, args, _, unit_id = python_launch(case)
+    unit = export.native_unit(case.family, unit_id, case.cfg, export.final_module(jit_fn, args))
+    export.write(tmp_path, [unit])
+    path = tmp_path / "native" / unit.file
+    image = bytearray(path.read_bytes())
+    image[len(image) // 2] ^= 0x01
+    path.write_bytes(bytes(image))
+    torch.ops.torch_flydsl_native.use_cache_dir(str(tmp_path))
+    loads = standin.module_loads()
+    with pytest.raises(RuntimeError, match="has SHA-256 " + hashlib.sha256(image).hexdigest() + ", not the "
+                       + unit.file.removesuffix(".hsaco")):
+        native_call(case, STREAM)
+    assert standin.module_loads() == loads
+    path.write_bytes(unit.image)  # restored: the same launch now loads and runs
+    torch.ops.torch_flydsl_native.use_cache_dir(str(tmp_path))
+    native_call(case, STREAM)
+    assert standin.module_loads() == loads + 1
+
+
 def test_without_python_the_library_defines_the_ops_itself(native):
     """A process that never imported the plugin (a C++ runner of an exported package) gets the
     GEMM ops' schemas and their ROCm kernels from the library alone."""

@@ -11,7 +11,7 @@ import stat
 import pytest
 
 from torch_flydsl.native import build, export, loader
-from torch_flydsl.native.code_object import CodeObjectError, code_object, kernel_signature
+from torch_flydsl.deploy.code_object import CodeObjectError, code_object, kernel_signature
 from torch_flydsl.native.python_kernargs import size_align
 
 

@@ -6,7 +6,8 @@
      "toolchain": "<FlyDSL's toolchain key>", "flydsl": "0.5.0", "plugin": "0.1.0",
      "kernels": {"dense_gemm-5/m128n128k32_w2x2_s4_g0/bfloat16/nt/bias0/ktail0":
                    {"file": "flydsl/launch/<key>.pkl", "size": 81234, "sha256": "<hex>",
-                    "seconds": 3.1, "shapes": ["mm bfloat16 nt 64x4096x4096"]}}}
+                    "seconds": 3.1, "shapes": ["mm bfloat16 nt 64x4096x4096"],
+                    "native": {"file": "native/<sha256>.hsaco", "size": 40960, "sha256": "<sha256>"}}}}
 
 The binaries themselves are FlyDSL's disk cache under ``<dir>/flydsl`` (``FLYDSL_RUNTIME_CACHE_DIR``
 semantics): a device process loads them by FlyDSL's own key, which covers the traced kernel, the
@@ -18,6 +19,10 @@ none of the files, and run-only mode says so instead of pretending.
 (``holds``) only when it still matches them and nobody else could have written it
 (``runtime.trust``), since FlyDSL's binaries are pickles and loading one runs its code.
 Version 1 manifests (no sizes, no hashes) are refused with that reason; precompile rebuilds them.
+
+``native`` (optional, absent in manifests written before precompile exported them, which still
+load) names the kernel's gfx950 code object for the C++ launcher (``torch_flydsl.native``),
+listed in ``<dir>/native/index.tsv`` under the same kernel id.
 
 Writers update the file under its lock, re-reading it first (``update``): concurrent precompile
 runs each add their kernels and lose none of the others'.
@@ -36,6 +41,7 @@ FORMAT = "torch-flydsl-precompiled"
 VERSION = 2
 FILE_NAME = "manifest.json"
 BINARIES = "flydsl"  # FlyDSL's disk cache, under the cache directory
+NATIVE = "native"  # the native launcher's code objects and index
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -50,6 +56,14 @@ class KernelEntry:
     sha256: str
     seconds: float = 0.0
     shapes: list = field(default_factory=list)  # labels of the spec shapes it serves
+    native: Optional["NativeFile"] = None  # its code object for the native launcher, if exported
+
+
+@dataclass
+class NativeFile:
+    file: str  # relative to the cache directory: native/<sha256>.hsaco
+    size: int
+    sha256: str
 
 
 @dataclass
@@ -77,37 +91,73 @@ class Manifest:
             return f"kernel {unit} is not in {self.path}"
         return verify_file(self.directory / entry.file, entry.size, entry.sha256)
 
+    def why_native_not_held(self, unit: str) -> Optional[str]:
+        """Why ``unit`` has no usable native code object (None: listed, intact, trusted, indexed)."""
+        from ..runtime.trust import verify_file
+
+        entry = self.kernels.get(unit)
+        if entry is None or entry.native is None:
+            return f"kernel {unit} has no native code object in {self.path}"
+        why = verify_file(self.directory / entry.native.file, entry.native.size, entry.native.sha256)
+        if why:
+            return why
+        from .native_index import index_lines
+
+        if unit not in index_lines(self.directory):
+            return f"kernel {unit} is not in {self.directory / NATIVE / 'index.tsv'}"
+        return None
+
     def holds(self, unit: str) -> bool:
         return self.why_not_held(unit) is None
 
     def to_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "arch": self.arch, "toolchain": self.toolchain,
                 "flydsl": self.flydsl, "plugin": self.plugin,
-                "kernels": {k: asdict(v) for k, v in sorted(self.kernels.items())}}
+                "kernels": {k: _entry_json(v) for k, v in sorted(self.kernels.items())}}
 
     def text(self) -> str:
         return json.dumps(self.to_json(), indent=1) + "\n"
+
+
+def _entry_json(entry: KernelEntry) -> dict:
+    doc = asdict(entry)
+    if entry.native is None:
+        del doc["native"]  # as manifests without native code objects always read
+    return doc
+
+
+def _checked_file(where: str, raw: dict, under: str) -> tuple:
+    file, size, sha = raw.get("file"), raw.get("size"), raw.get("sha256")
+    parts = PurePosixPath(file).parts if isinstance(file, str) else ()
+    if not isinstance(file, str) or len(parts) < 2 or parts[0] != under or ".." in parts \
+            or PurePosixPath(file).is_absolute():
+        raise ManifestError(f"{where}: \"file\" must be a path under {under}/, got {file!r}")
+    if not (isinstance(size, int) and not isinstance(size, bool) and size > 0):
+        raise ManifestError(f"{where}: \"size\" must be a positive integer, got {size!r}")
+    if not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
+        raise ManifestError(f"{where}: \"sha256\" must be 64 lowercase hex digits, got {sha!r}")
+    return file, size, sha
+
+
+def _native(where: str, raw) -> Optional[NativeFile]:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{where}: \"native\" must be an object, got {type(raw).__name__}")
+    return NativeFile(*_checked_file(f"{where}.native", raw, NATIVE))
 
 
 def _kernel(path: Path, uid, raw) -> KernelEntry:
     where = f"{path}: kernels[{uid!r}]"
     if not isinstance(raw, dict):
         raise ManifestError(f"{where} must be an object, got {type(raw).__name__}")
-    file, size, sha = raw.get("file"), raw.get("size"), raw.get("sha256")
-    parts = PurePosixPath(file).parts if isinstance(file, str) else ()
-    if not isinstance(file, str) or len(parts) < 2 or parts[0] != BINARIES or ".." in parts \
-            or PurePosixPath(file).is_absolute():
-        raise ManifestError(f"{where}: \"file\" must be a path under {BINARIES}/, got {file!r}")
-    if not (isinstance(size, int) and not isinstance(size, bool) and size > 0):
-        raise ManifestError(f"{where}: \"size\" must be a positive integer, got {size!r}")
-    if not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
-        raise ManifestError(f"{where}: \"sha256\" must be 64 lowercase hex digits, got {sha!r}")
+    file, size, sha = _checked_file(where, raw, BINARIES)
     seconds, shapes = raw.get("seconds", 0.0), raw.get("shapes", [])
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
         raise ManifestError(f"{where}: \"seconds\" must be a number, got {seconds!r}")
     if not (isinstance(shapes, list) and all(isinstance(s, str) for s in shapes)):
         raise ManifestError(f"{where}: \"shapes\" must be a list of strings")
-    return KernelEntry(file, size, sha, float(seconds), list(shapes))
+    return KernelEntry(file, size, sha, float(seconds), list(shapes), _native(where, raw.get("native")))
 
 
 def parse(doc, path: Path) -> Manifest:

@@ -5,7 +5,12 @@ a deployment cache directory that a process on an MI350 loads without compiling:
 
 - ``DIR/flydsl/``: FlyDSL's disk cache (the binaries, under FlyDSL's own keys);
 - ``DIR/manifest.json``: which kernels are there (``deploy.manifest``), read by run-only mode;
-- ``DIR/dispatch_table.json``: the spec's table, merged, when the spec is a dispatch table.
+- ``DIR/dispatch_table.json``: the spec's table, merged, when the spec is a dispatch table;
+- ``DIR/native/``: each GEMM kernel's gfx950 code object and ``index.tsv``, for the C++ launcher
+  (``torch_flydsl.native``; cut from the module FlyDSL just built, no second compile), named in
+  the manifest's ``native`` fields. Then, where a C++ compiler and ninja are present, the
+  launcher itself is built against this torch (a failed build is a warning, never a failed
+  precompile). ``--no-native``: neither.
 
 A kernel is one binary per variant (dense: config, dtype, layout, bias, K tail; MX: config,
 formats, output dtype, bias; grouped: config, dtype, B's major): shapes that share one are built
@@ -49,6 +54,7 @@ class Unit:
     status: str = "pending"  # compiled | cached | failed
     seconds: float = 0.0
     error: str = ""
+    native: str = ""  # "" (not asked) | exported | cached | why it has no native code object
 
 
 def plan_units(spec: Spec) -> tuple[dict, list]:
@@ -93,7 +99,7 @@ def _no_binary_reason(flydsl_dir: str, said: list) -> str:
 
 def _build(job: tuple) -> dict:
     """Compile one kernel into FlyDSL's disk cache (runs in a compile worker process)."""
-    op, cfg_key, problem, has_bias, flydsl_dir, rocm_root = job
+    op, cfg_key, problem, has_bias, flydsl_dir, rocm_root, native = job
     from ..registry import require_family
 
     family = require_family(op)
@@ -120,7 +126,22 @@ def _build(job: tuple) -> dict:
         flydsl_log.removeHandler(said)
     if path is None or not path.is_file():
         return {"error": _no_binary_reason(flydsl_dir, said.messages), "seconds": time.perf_counter() - t0}
-    return {"file": str(path), "toolchain": key, "seconds": time.perf_counter() - t0}
+    done = {"file": str(path), "toolchain": key, "seconds": time.perf_counter() - t0}
+    if native:
+        done.update(_native_unit(family, cfg, problem, has_bias, jit_fn))
+    return done
+
+
+def _native_unit(family, cfg, problem, has_bias, jit_fn) -> dict:
+    """``{"native": NativeUnit}`` for the kernel just built, or ``{"native_error": why}``."""
+    from . import native_index as export
+
+    if family.name not in export.SERVED:
+        return {"native_error": f"the native launcher does not serve {family.name}"}
+    try:
+        return {"native": export.from_compiled(family, family.compiled_unit(cfg, problem, has_bias).id, cfg, jit_fn)}
+    except Exception as e:  # the code object could not be cut out: that kernel stays on the Python path
+        return {"native_error": f"{type(e).__name__}: {e}"}
 
 
 def _warn(message: str) -> None:
@@ -182,7 +203,8 @@ class _ManifestWriter:
 
                 chmod_owned(binary, self.perms)  # FlyDSL wrote it 0600
             entry = mf.KernelEntry(os.path.relpath(binary, self.cache_dir), binary.stat().st_size,
-                                   sha256_of(binary), round(res["seconds"], 2), sorted(set(unit.shapes)))
+                                   sha256_of(binary), round(res["seconds"], 2), sorted(set(unit.shapes)),
+                                   self.native_file(unit, res))
 
             def add(man) -> None:
                 self.stamp(man)
@@ -197,6 +219,20 @@ class _ManifestWriter:
             return
         unit.status = "compiled"
 
+    def native_file(self, unit: Unit, res: dict):
+        """Write the native code object ``res`` carries into ``native/``; its manifest record."""
+        from . import native_index as export
+        from . import manifest as mf
+
+        if "native_error" in res:
+            unit.native = res["native_error"]
+        if "native" not in res:
+            return None
+        nu = res["native"]
+        export.write(self.cache_dir, [nu], self.perms.files)
+        unit.native = "exported"
+        return mf.NativeFile(f"{mf.NATIVE}/{nu.file}", len(nu.image), nu.file.removesuffix(".hsaco"))
+
     def add_shapes(self, cached: list) -> None:
         """Note the spec's shapes on kernels that were already there."""
         from . import manifest as mf
@@ -210,15 +246,22 @@ class _ManifestWriter:
         mf.update(self.cache_dir, add, self.perms.files)
 
 
-def _to_build(units: dict, man, warn: Callable[[str], None]) -> list:
+def _to_build(units: dict, man, warn: Callable[[str], None], native: bool = False) -> list:
     """The units the cache lacks; marks the others cached. A listed binary that is damaged,
-    replaced or untrusted is named, removed and rebuilt."""
+    replaced or untrusted is named, removed and rebuilt. ``native``: a unit the native launcher
+    serves whose code object is missing or damaged is built again too (FlyDSL finds its binary
+    in its disk cache, so that costs a load, not a compile)."""
+    from .native_index import SERVED
+    from ..registry import require_family
+
     todo = []
     for unit in units.values():
         why = man.why_not_held(unit.id) if unit.id in man.kernels else None
         if unit.id in man.kernels and why is None:
-            unit.status = "cached"
-            continue
+            if not native or require_family(unit.family).name not in SERVED or man.why_native_not_held(unit.id) is None:
+                unit.status = "cached"
+                unit.native = "cached" if native and man.kernels[unit.id].native is not None else ""
+                continue
         if why:
             _discard(man.binary(unit.id), why, warn)
         todo.append(unit)
@@ -227,10 +270,10 @@ def _to_build(units: dict, man, warn: Callable[[str], None]) -> list:
 
 def precompile(spec: Spec, cache_dir: Path, jobs: int = 1, rocm_path: Optional[str] = None,
                progress: bool = True, shared: bool = False,
-               warn: Callable[[str], None] = _warn) -> tuple[dict, list, Path]:
+               warn: Callable[[str], None] = _warn, native: bool = True) -> tuple[dict, list, Path]:
     """Build what ``spec`` needs into ``cache_dir``; ``(units, declined, manifest path)``.
     ``cache_dir.CacheDirError`` when the directory cannot be used; ``shared``: group-readable
-    files (``cache_dir.SHARED``)."""
+    files (``cache_dir.SHARED``); ``native``: export the native launcher's code objects too."""
     from .. import _version
     from ..runtime.compile import CompileError, cache_filling_env, rocm_root_for, toolchain_key
     from ..runtime.probe import flydsl_info
@@ -257,8 +300,8 @@ def precompile(spec: Spec, cache_dir: Path, jobs: int = 1, rocm_path: Optional[s
     writer.stamp(man)  # another toolchain's kernels count as absent
 
     units, declined = plan_units(spec)
-    todo = _to_build(units, man, warn)
-    jobs_args = [(u.family, u.cfg.key(), u.problem, u.has_bias, str(flydsl_dir), rocm_root) for u in todo]
+    todo = _to_build(units, man, warn, native)
+    jobs_args = [(u.family, u.cfg.key(), u.problem, u.has_bias, str(flydsl_dir), rocm_root, native) for u in todo]
     _run(jobs_args, jobs, progress, lambda i, res: writer.kernel_done(todo[i], res))
     cached = [u for u in units.values() if u.status == "cached"]
     if any(set(u.shapes) - set(man.kernels[u.id].shapes) for u in cached):
@@ -343,12 +386,54 @@ def summary(units: dict, declined: list, manifest_path: Path, seconds: float, ve
     for u in units.values():
         if u.status == "failed":
             lines.append(f"failed: {u.cfg.key()} ({u.id}): {u.error}")
+    lines.extend(_native_lines(units, manifest_path.parent))
     count = {s: sum(u.status == s for u in units.values()) for s in ("compiled", "cached", "failed")}
     shapes = len({s for u in units.values() for s in u.shapes})
     lines.append(f"precompile: {len(units)} kernel(s) for {shapes} shape(s): {count['compiled']} compiled, "
                  f"{count['cached']} already in the cache, {count['failed']} failed, in {seconds:.1f} s -> "
                  f"{manifest_path.parent}")
     return "\n".join(lines)
+
+
+def _native_lines(units: dict, cache_dir: Path) -> list:
+    """What the native launcher got: code objects written or already there, and why not for the others."""
+    asked = [u for u in units.values() if u.native]
+    if not asked:
+        return []
+    have = sum(u.native in ("exported", "cached") for u in asked)
+    lines = [f"native: {have} of {len(units)} kernel(s) have a code object for the C++ launcher in "
+             f"{cache_dir / 'native'}"]
+    lines.extend(f"native: no code object for {u.id}: {u.native}" for u in asked
+                 if u.native not in ("exported", "cached") and u.status != "failed")
+    return lines
+
+
+def build_native_library(units: dict, warn: Callable[[str], None] = _warn) -> Optional[str]:
+    """Build the native launcher against this torch when the cache now holds code objects for it:
+    ``python -m torch_flydsl native build`` in a child process (the library is the native layer's;
+    a C++ compiler and ninja are needed, ~a minute on two cores, cached per source and torch).
+    The line to print, or None with why in a warning: never an error, since the Python path
+    serves the GEMM ops without it. ``TORCH_FLYDSL_NATIVE=0`` (the launcher is off): no build,
+    and a line that says so (a choice, not a warning)."""
+    import subprocess
+
+    if not any(u.native in ("exported", "cached") for u in units.values()):
+        return None
+    if os.environ.get("TORCH_FLYDSL_NATIVE", "").strip().lower() in ("0", "off", "false", "no"):
+        return "native launcher not built: TORCH_FLYDSL_NATIVE=0 (the launcher is off, by choice)"
+    try:
+        done = subprocess.run([sys.executable, "-m", "torch_flydsl", "native", "build"], capture_output=True,
+                              text=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = f"{type(e).__name__}: {e}"
+    else:
+        if done.returncode == 0:
+            return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "native launcher built"
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        ours = [line for line in said if line.startswith("native launcher not built")]
+        why = (ours or said or [f"native launcher not built: native build exited with status {done.returncode}"])[-1]
+    warn(f"{why} (python -m torch_flydsl native build retries)")
+    return None
 
 
 def exit_status(spec: Spec, units: dict, declined: list, allow_partial: bool) -> tuple[int, str]:
@@ -385,7 +470,7 @@ def main(args) -> int:
     t0 = time.perf_counter()
     try:
         units, declined, path = precompile(spec, cache_dir, args.jobs, args.rocm_path, progress=not args.quiet,
-                                           shared=args.shared)
+                                           shared=args.shared, native=not args.no_native)
     except (CompileError, CacheDirError) as e:
         print(f"precompile: {e}")
         return 2
@@ -393,6 +478,9 @@ def main(args) -> int:
         print(f"precompile: cannot write the cache: {describe(e)}")
         return 2
     print(summary(units, declined, path, time.perf_counter() - t0, args.verbose, spec.table is not None))
+    built = None if args.no_native else build_native_library(units)
+    if built is not None:
+        print(built)
     if not args.cache_dir and not os.environ.get("TORCH_FLYDSL_CACHE_DIR"):
         print(f"(a run on this machine reads it from there; elsewhere set TORCH_FLYDSL_CACHE_DIR={path.parent})")
     status, why = exit_status(spec, units, declined, args.allow_partial)
@@ -419,6 +507,8 @@ def add_parser(sub) -> None:
                         "builder (default: 0700/0600, this user only)")
     p.add_argument("--allow-partial", action="store_true",
                    help="exit 0 even when some kernels failed or table entries do not fit (something must be built)")
+    p.add_argument("--no-native", action="store_true",
+                   help="no code objects for the C++ launcher (native/), and no build of it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="list every (shape, config) pair that does not fit")
     p.set_defaults(fn=main)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 #: The C++ sources, in ``csrc/`` (shipped in the package as ``torch_flydsl/native/csrc``).
-SOURCES = ("code_object.cpp", "hip_api.cpp", "kernarg.cpp", "units.cpp", "gemm_ops.cpp")
-HEADERS = ("code_object.h", "hip_api.h", "kernarg.h", "units.h")
+SOURCES = ("code_object.cpp", "hip_api.cpp", "kernarg.cpp", "sha256.cpp", "units.cpp", "gemm_ops.cpp")
+HEADERS = ("code_object.h", "hip_api.h", "kernarg.h", "sha256.h", "units.h")
 #: The families whose ops the library serves, with the define that carries their kernel version.
 SERVED_FAMILIES = (("dense_gemm", "TFN_DENSE_VERSION"), ("scaled_gemm", "TFN_SCALED_VERSION"),
                    ("grouped_gemm", "TFN_GROUPED_VERSION"))

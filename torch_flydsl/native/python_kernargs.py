@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .code_object import CodeObjectError, kernel_signature, split_types
+from ..deploy.code_object import CodeObjectError, kernel_signature, split_types
 
 _SCALARS = {"i8": (1, 1), "i16": (2, 2), "i32": (4, 4), "i64": (8, 8), "f16": (2, 2), "bf16": (2, 2),
             "f32": (4, 4), "f64": (8, 8)}
