@@ -20,6 +20,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
   std::string cur;
   std::istringstream in(s);
   while (std::getline(in, cur, sep)) out.push_back(cur);
+  if (!s.empty() && s.back() == sep) out.push_back("");  // a last field that is empty (a unit without params)
   return out;
 }
 

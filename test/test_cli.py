@@ -68,7 +68,7 @@ def test_doctor_has_a_vllm_section_and_json_with_the_same_answers(tmp_path):
     assert "none (this is not a vLLM process)" in vllm
     assert "TORCH_FLYDSL_RECORD_SHAPES" in vllm and "compile-cache fingerprint" in vllm  # long values wrap
     doc = json.loads(cli("doctor", "--json", env=env))
-    assert set(doc) == {"checks", "families", "serving", "vllm", "flydsl_requirements"}
+    assert set(doc) == {"checks", "families", "serving", "vllm", "native", "flydsl_requirements"}
     assert doc["flydsl_requirements"]["requirements"][-1]["distribution"] == "torch-flydsl"
     assert doc["vllm"]["TORCH_FLYDSL_RECORD_SHAPES"] == str(tmp_path / "shapes.json")
     assert doc["vllm"]["dispatch table"].endswith("3 entries (2 mm, 1 scaled_mm)")
@@ -78,6 +78,37 @@ def test_doctor_has_a_vllm_section_and_json_with_the_same_answers(tmp_path):
     assert doc["checks"]["can launch FlyDSL kernels"].startswith("no")
     fingerprint = doc["vllm"]["compile-cache fingerprint"]
     assert "routed-at-load=sha256:" in fingerprint and "TORCH_FLYDSL_RECORD_SHAPES=1" in fingerprint
+
+
+def test_doctor_shows_the_native_launchers_state_and_the_deployments_native_index(doctor, tmp_path):
+    """Built? buildable? loaded (or why not), the HIP library it would open, and the native index
+    with how many precompiled kernels have an intact code object (a damaged one is not counted)."""
+    import json
+
+    from torch_flydsl.deploy import manifest as mf
+    from torch_flydsl.deploy.native_index import NativeUnit, write
+
+    section = doctor.split("Native launcher (C++")[1].split("Who requires flydsl")[0]
+    for row in ("built", "buildable here", "loaded in this process", "HIP library", "native index"):
+        assert f"\n{row} " in section, row
+    cache = tmp_path / "cache"
+    units = [NativeUnit(f"dense_gemm-7/c{i}/bfloat16/nt/bias0/ktail0", "dense_gemm", f"c{i}", "k", b"\x7fELF" + bytes([i]),
+                        {"block_m": 16}) for i in range(2)]
+    write(cache, units)
+    entry = {"file": "flydsl/launch/x.pkl", "size": 1, "sha256": "0" * 64}
+    kernels = {u.id: {**entry, "native": {"file": f"native/{u.file}", "size": len(u.image),
+                                          "sha256": u.file.removesuffix(".hsaco")}} for u in units}
+    (cache / mf.FILE_NAME).write_text(json.dumps({"format": mf.FORMAT, "version": mf.VERSION, "kernels": kernels}))
+    (cache / "native" / units[1].file).write_bytes(b"\x7fELF\x09")  # same size, other bytes
+    env = {"TORCH_FLYDSL_CACHE_DIR": str(cache), "CXX": str(tmp_path / "no-compiler"),
+           "TORCH_FLYDSL_HIP_LIBRARY": str(tmp_path / "libhip-absent.so"), "TORCH_FLYDSL_NATIVE": "0"}
+    native = json.loads(cli("doctor", "--json", env=env))["native"]
+    assert native["buildable here"] == f"no: no C++ compiler ({tmp_path / 'no-compiler'} not found; set CXX or install g++)"
+    assert native["loaded in this process"] == "no: TORCH_FLYDSL_NATIVE=0"
+    assert native["HIP library"] == f"TORCH_FLYDSL_HIP_LIBRARY={tmp_path / 'libhip-absent.so'} (no such file)"
+    assert native["native index"] == (f"2 code object(s) in {cache / 'native' / 'index.tsv'} "
+                                      "(1 of 2 precompiled kernels have an intact one)")
+    assert native["built"].startswith(("yes: ", "no: "))
 
 
 def test_doctor_lists_each_kernel_family_with_its_ops_version_and_curated_configs(doctor):

@@ -2,7 +2,7 @@
 the registered kernel families, and, per op family, who serves it on this install (the plugin,
 torch's in-tree FlyDSL backend or PyTorch) and why; the vLLM route; and who else requires flydsl
 (a package that pins it, as AITER does, must keep its flydsl: the plugin is installed without
-the ``[flydsl]`` extra there)."""
+the ``[flydsl]`` extra there); and the native launcher's state (built, loaded, HIP library, index)."""
 
 from __future__ import annotations
 
@@ -272,6 +272,65 @@ def vllm_rows() -> list[tuple[str, str]]:
     ]
 
 
+def _native_index() -> str:
+    """The deployment cache's native index in one line: how many code objects, and how many of
+    the manifest's kernels have an intact one (never raises)."""
+    from .deploy import manifest as mf
+    from .deploy.native_index import DIRECTORY, HEADER, INDEX, index_lines
+    from .runtime.cache import deployment_dir
+
+    try:
+        directory = deployment_dir()
+        index = directory / DIRECTORY / INDEX
+        if not index.is_file():
+            return f"none in {directory} (precompile writes it; python -m torch_flydsl native export for an older cache)"
+        if index.read_text().splitlines()[:1] != [HEADER]:
+            return f"{index} is not a native index (its first line must be {HEADER!r})"
+        lines = index_lines(directory)
+        man = mf.read(directory)
+    except (mf.ManifestError, OSError, UnicodeDecodeError) as e:
+        return f"unreadable: {e}"
+    held = sum(man.why_native_not_held(uid) is None for uid in man.kernels)
+    return f"{len(lines)} code object(s) in {index} ({held} of {len(man.kernels)} precompiled kernels have an intact one)"
+
+
+def _hip_library() -> str:
+    """Which HIP runtime the C++ launcher opens (it dlopens it itself; this only looks)."""
+    import ctypes.util
+
+    named = os.environ.get("TORCH_FLYDSL_HIP_LIBRARY")
+    if named:
+        return f"TORCH_FLYDSL_HIP_LIBRARY={named}" + ("" if os.path.exists(named) else " (no such file)")
+    found = ctypes.util.find_library("amdhip64")
+    return f"{found} (libamdhip64)" if found else "none found (no libamdhip64: not a ROCm machine)"
+
+
+def native_rows() -> list[tuple[str, str]]:
+    """The C++ launcher (``torch_flydsl.native``): built for this torch and these sources? loaded
+    here, or why not; the HIP library it opens; the deployment's native index. Never builds or
+    loads anything itself."""
+    from .native import build, loader
+
+    try:
+        lib = build.planned().library
+        built = f"yes: {lib}" if lib.is_file() else f"no: {lib} is absent (python -m torch_flydsl native build)"
+    except Exception as e:  # an unusable cache directory
+        built = f"no: {type(e).__name__}: {e}"
+    why_not_build = build.why_not_buildable()
+    why_not_loaded = loader.why_not_loaded()
+    out = [("built", built),
+           ("buildable here", "yes" if why_not_build is None else f"no: {why_not_build}"),
+           ("loaded in this process", "yes" if why_not_loaded is None else f"no: {why_not_loaded}")]
+    if why_not_loaded is None:  # the library's own account: the HIP library it opened, its index
+        import torch
+
+        said = dict(line.split(": ", 1) for line in torch.ops.torch_flydsl_native.status().splitlines() if ": " in line)
+        out += [("HIP library", said.get("hip", "?")), ("native index", said.get("index", "?"))]
+    else:
+        out += [("HIP library", _hip_library()), ("native index", _native_index())]
+    return out
+
+
 def as_json() -> dict:
     """``doctor --json``: the same report as one JSON object."""
     return {
@@ -281,6 +340,7 @@ def as_json() -> dict:
         "serving": [{"op": op, "served_here": here, "on_gfx950": mi350, "why": why}
                     for op, here, mi350, why in serving_rows()],
         "vllm": dict(vllm_rows()),
+        "native": dict(native_rows()),
         "flydsl_requirements": _flydsl_requirements_json(),
     }
 
@@ -300,8 +360,10 @@ def report() -> str:
     fams = tabulate(family_rows(), headers=["family", "serves", "kernel version", "curated configs"])
     serving = tabulate(serving_rows(), headers=["op", "served here", "on a gfx950", "why"], maxcolwidths=[None, None, None, 90])
     vllm = tabulate(vllm_rows(), tablefmt="plain", maxcolwidths=[None, 100])
+    native = tabulate(native_rows(), tablefmt="plain", maxcolwidths=[None, 110])
     reqs = tabulate(flydsl_requirement_rows(), headers=["distribution", "version", "requires", "installed flydsl satisfies it"])
     return (f"{table}\n\nKernel families:\n{fams}\n\n"
             f"Who serves each op (Inductor ops: when FLYDSL is requested under max-autotune):\n{serving}\n\n"
             f"vLLM:\n{vllm}\n\n"
+            f"Native launcher (C++, GEMM ops on ROCm without Python):\n{native}\n\n"
             f"Who requires flydsl (installed flydsl: {_version('flydsl')}):\n{reqs}\n{flydsl_verdict()}")

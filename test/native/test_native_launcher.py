@@ -220,3 +220,18 @@ def test_no_module_loads_while_a_graph_is_captured(native):
         assert standin.launches() == before + 1
     finally:
         standin.lib.standin_set_capturing(0)
+
+
+def test_doctor_reports_the_loaded_library_its_hip_library_and_index(native, tmp_path):
+    """With the library loaded, doctor's native rows are the library's own account: the HIP
+    library it opened (here the stand-in) and the index it read."""
+    from torch_flydsl import doctor
+    from torch_flydsl.deploy.native_index import NativeUnit, write
+
+    _, standin, _ = native
+    write(tmp_path, [NativeUnit("dense_gemm-7/c/bfloat16/nt/bias0/ktail0", "dense_gemm", "c", "k", b"\x7fELF", {})])
+    torch.ops.torch_flydsl_native.use_cache_dir(str(tmp_path))
+    rows = dict(doctor.native_rows())
+    assert rows["loaded in this process"] == "yes"
+    assert rows["HIP library"] == f"loaded {standin.path}"
+    assert rows["native index"] == f"{tmp_path}/native/index.tsv, 1 code objects"
