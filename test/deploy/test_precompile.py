@@ -212,8 +212,15 @@ def test_mx_and_grouped_shapes_precompile_and_run_only_offers_them(tmp_path):
     cache = tmp_path / "cache"
     r = cli("precompile", "--spec", str(spec), "--cache-dir", str(cache), "--quiet")
     assert r.returncode == 0 and "3 compiled" in r.stdout, r.stdout + r.stderr[-3000:]
-    ids = sorted(mf.read(cache).kernels)
-    assert [i.split("/")[0] for i in ids] == ["grouped_gemm-5", "scaled_gemm-1", "scaled_gemm-1"], ids
+    from torch_flydsl.templates.grouped_gemm.config import KERNEL_VERSION as GROUPED_V
+    from torch_flydsl.templates.scaled_gemm.config import KERNEL_VERSION as SCALED_V
+
+    man = mf.read(cache)
+    ids = sorted(man.kernels)
+    assert [i.split("/")[0] for i in ids] == [GROUPED_V, SCALED_V, SCALED_V], ids
+    # Each has its code object for the native launcher too (MX and grouped as well as dense).
+    assert [man.why_native_not_held(i) for i in ids] == [None] * 3
+    assert "native: 3 of 3 kernel(s) have a code object" in r.stdout, r.stdout
     env = {"TORCH_FLYDSL_CACHE_DIR": str(cache), "TORCH_FLYDSL_RUN_ONLY": "1"}
     for args, offered in [(("scaled_mm", "256", "4096", "4096"), True),
                           (("scaled_mm", "256", "4096", "4096", "--dtype", "w4a8"), False),

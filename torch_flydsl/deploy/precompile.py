@@ -228,8 +228,14 @@ class _ManifestWriter:
             unit.native = res["native_error"]
         if "native" not in res:
             return None
+        from .files import describe
+
         nu = res["native"]
-        export.write(self.cache_dir, [nu], self.perms.files)
+        try:
+            export.write(self.cache_dir, [nu], self.perms.files)
+        except OSError as e:  # the FlyDSL binary is still recorded: the Python path serves it
+            unit.native = f"not written: {describe(e)}"
+            return None
         unit.native = "exported"
         return mf.NativeFile(f"{mf.NATIVE}/{nu.file}", len(nu.image), nu.file.removesuffix(".hsaco"))
 
@@ -363,9 +369,10 @@ def _run(jobs_args: list, jobs: int, progress: bool, on_done: Optional[Callable[
 
 
 def summary(units: dict, declined: list, manifest_path: Path, seconds: float, verbose: bool = False,
-            table: bool = False) -> str:
+            table: bool = False, native_library: Optional[str] = None) -> str:
     """The results table and what was not built; ``table``: the spec is a dispatch table, whose
-    every unfit entry is named with its config (a shapes spec's unfit pairs are counted)."""
+    every unfit entry is named with its config (a shapes spec's unfit pairs are counted);
+    ``native_library``: what the native launcher's build said. The last line is the count."""
     from tabulate import tabulate
 
     rows = []
@@ -387,6 +394,8 @@ def summary(units: dict, declined: list, manifest_path: Path, seconds: float, ve
         if u.status == "failed":
             lines.append(f"failed: {u.cfg.key()} ({u.id}): {u.error}")
     lines.extend(_native_lines(units, manifest_path.parent))
+    if native_library:
+        lines.append(native_library)
     count = {s: sum(u.status == s for u in units.values()) for s in ("compiled", "cached", "failed")}
     shapes = len({s for u in units.values() for s in u.shapes})
     lines.append(f"precompile: {len(units)} kernel(s) for {shapes} shape(s): {count['compiled']} compiled, "
@@ -408,7 +417,7 @@ def _native_lines(units: dict, cache_dir: Path) -> list:
     return lines
 
 
-def build_native_library(units: dict, warn: Callable[[str], None] = _warn) -> Optional[str]:
+def build_native_library(units: dict, warn: Callable[[str], None] = _warn, progress: bool = False) -> Optional[str]:
     """Build the native launcher against this torch when the cache now holds code objects for it:
     ``python -m torch_flydsl native build`` in a child process (the library is the native layer's;
     a C++ compiler and ninja are needed, ~a minute on two cores, cached per source and torch).
@@ -421,6 +430,9 @@ def build_native_library(units: dict, warn: Callable[[str], None] = _warn) -> Op
         return None
     if os.environ.get("TORCH_FLYDSL_NATIVE", "").strip().lower() in ("0", "off", "false", "no"):
         return "native launcher not built: TORCH_FLYDSL_NATIVE=0 (the launcher is off, by choice)"
+    if progress:
+        print("precompile: building the native launcher (python -m torch_flydsl native build; cached after the "
+              "first time) ...", file=sys.stderr, flush=True)
     try:
         done = subprocess.run([sys.executable, "-m", "torch_flydsl", "native", "build"], capture_output=True,
                               text=True, timeout=1800)
@@ -477,10 +489,8 @@ def main(args) -> int:
     except OSError as e:  # a write of ours (the manifest, the table) on a disk that filled meanwhile
         print(f"precompile: cannot write the cache: {describe(e)}")
         return 2
-    print(summary(units, declined, path, time.perf_counter() - t0, args.verbose, spec.table is not None))
-    built = None if args.no_native else build_native_library(units)
-    if built is not None:
-        print(built)
+    built = None if args.no_native else build_native_library(units, progress=not args.quiet)
+    print(summary(units, declined, path, time.perf_counter() - t0, args.verbose, spec.table is not None, built))
     if not args.cache_dir and not os.environ.get("TORCH_FLYDSL_CACHE_DIR"):
         print(f"(a run on this machine reads it from there; elsewhere set TORCH_FLYDSL_CACHE_DIR={path.parent})")
     status, why = exit_status(spec, units, declined, args.allow_partial)
