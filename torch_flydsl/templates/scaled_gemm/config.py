@@ -196,7 +196,7 @@ BASELINE = ScaledGemmConfig(128, 128, 128, 2, 2, 3, 0, 2)
 # scale chunks of 2-4 K tiles. Decode (M <= 128): tiles narrow enough to put >= 256 workgroups on
 # N = 4096 at M <= 32, either small enough in LDS for >= 2 waves per SIMD or 512 K values deep
 # (fewer round trips; their reasons in ONE_WAVE_PER_SIMD). M >= 2048: 256 x 128
-# tiles of 8 waves (2 waves per SIMD).
+# tiles of 8 waves (2 waves per SIMD) or 4 waves of 128 x 64 each (fewer LDS bytes per MFMA).
 CURATED = (
     BASELINE,
     ScaledGemmConfig(16, 32, 512, 1, 2, 4, 0, 4),
@@ -208,6 +208,7 @@ CURATED = (
     ScaledGemmConfig(64, 128, 128, 2, 2, 3, 0, 4),
     ScaledGemmConfig(128, 64, 128, 2, 2, 3, 0, 4),
     ScaledGemmConfig(128, 128, 128, 2, 2, 3, 8, 2),
+    ScaledGemmConfig(256, 128, 128, 2, 2, 3, 8, 4),
     ScaledGemmConfig(256, 128, 128, 4, 2, 3, 8, 4),
     ScaledGemmConfig(128, 256, 128, 2, 4, 3, 8, 4),
 )
@@ -298,6 +299,9 @@ ONE_WAVE_PER_SIMD = {
                                      "workgroup of 4 waves per CU; the 2-workgroup 128x64 / 64x128 tiles are its "
                                      "alternatives",
     "mx_m128n128k128_w2x2_s3_g8_c2": "as mx_m128n128k128_w2x2_s3_g0_c2",
+    "mx_m256n128k128_w2x2_s3_g8_c4": "by design: 4 waves of 128x64 outputs each read 12 operand rows per 32 "
+                                     "MFMAs, the fewest LDS bytes per MFMA of the curated tiles (its 8-wave twin "
+                                     "mx_m256n128k128_w4x2_s3_g8_c4 holds 2 waves per SIMD)",
     "mx_m32n64k512_w1x4_s3_g0_c2": "FP8: " + _DEEP_DECODE.format(ahead=2, lds="FP8 150 KiB", wg="1 (FP8)").replace(
         "of 2 waves", "of 4 waves") + "; with FP4 (78 KiB) it holds 2 waves per SIMD",
 }
