@@ -55,6 +55,7 @@ class Unit:
     seconds: float = 0.0
     error: str = ""
     native: str = ""  # "" (not asked) | exported | cached | why it has no native code object
+    native_only: bool = False  # in the cache already, built again (a disk-cache load) for its code object
 
 
 def plan_units(spec: Spec) -> tuple[dict, list]:
@@ -217,7 +218,7 @@ class _ManifestWriter:
         except OSError as e:
             unit.status, unit.error = "failed", f"built, but not recorded in the manifest: {describe(e)}"
             return
-        unit.status = "compiled"
+        unit.status = "cached" if unit.native_only else "compiled"
 
     def native_file(self, unit: Unit, res: dict):
         """Write the native code object ``res`` carries into ``native/``; its manifest record."""
@@ -268,6 +269,7 @@ def _to_build(units: dict, man, warn: Callable[[str], None], native: bool = Fals
                 unit.status = "cached"
                 unit.native = "cached" if native and man.kernels[unit.id].native is not None else ""
                 continue
+            unit.native_only = True
         if why:
             _discard(man.binary(unit.id), why, warn)
         todo.append(unit)
