@@ -68,7 +68,7 @@ def test_mx_grouped_gemm_runs_the_emulated_kernel_through_the_eager_op():
     r = run({"TORCH_FLYDSL_EXECUTOR": "emulator"})
     assert ["_scaled_grouped_mm_v2", "CPU"] in r["registered"]  # beside the other families' overrides
     assert r["err"] < 1e-2
-    assert "aten._scaled_grouped_mm_v2: FlyDSL mxgrp_m32n64k256_w1x2_s3_g0" in r["notes"]
+    assert "aten._scaled_grouped_mm_v2: FlyDSL mxgrp_m32n64k256_w1x4_s3_g0_c2" in r["notes"]
 
 
 @pytest.mark.emulator
@@ -77,7 +77,7 @@ def test_mx_grouped_gemm_runs_the_emulated_kernel_through_the_eager_op():
 def test_compiled_graphs_reach_the_kernel_through_inductors_eager_fallback(tmp_path):
     # Every torch sends MXFP8 grouped GEMM nodes to the eager op (E8M0 scales), which we serve.
     r = run({"TORCH_FLYDSL_EXECUTOR": "emulator", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}, compiled=True)
-    assert r["err"] < 1e-2 and "aten._scaled_grouped_mm_v2: FlyDSL mxgrp_m32n64k256_w1x2_s3_g0" in r["notes"]
+    assert r["err"] < 1e-2 and "aten._scaled_grouped_mm_v2: FlyDSL mxgrp_m32n64k256_w1x4_s3_g0_c2" in r["notes"]
 
 
 def test_disabled_sends_the_call_to_pytorchs_kernel():

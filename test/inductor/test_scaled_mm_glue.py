@@ -25,11 +25,11 @@ def test_mx_scaled_mm_winner_is_a_call_to_the_plugin_op_with_its_scales_and_bias
     r = compile_in_subprocess(cache, STANDIN, op="scaled_mm", bias=True, shape=[96, 80, 256], **MX)
     assert_expected_inline(
         "\n".join(r["calls"]),
-        """torch.ops.torch_flydsl.scaled_mm_out.default(arg0_1, arg1_1, arg2_1, arg3_1, arg4_1, cfg='mx_m128n128k128_w2x2_s2_g0', out=buf0)""",
+        """torch.ops.torch_flydsl.scaled_mm_out.default(arg0_1, arg1_1, arg2_1, arg3_1, arg4_1, cfg='mx_m32n64k256_w1x4_s3_g0_c2', out=buf0)""",
     )
     # Beside PyTorch's own choice, never instead of it.
     (seen,) = [s for s in r["choices_seen"] if s["op"] == "scaled_mm"]
-    assert seen["descriptions"] == ["FlyDSL mx_m128n128k128_w2x2_s2_g0", "_scaled_mm"]
+    assert seen["descriptions"] == ["FlyDSL mx_m32n64k256_w1x4_s3_g0_c2", "_scaled_mm"]
     assert r["max_rel_err"] < 1e-2 and r["flydsl_log"] == []
 
 
@@ -77,10 +77,10 @@ def test_f_scaled_mm_v2_is_offered_beside_pytorchs_own_v2_kernel(cache):
     r = compile_in_subprocess(cache, STANDIN, op="scaled_mm_v2", simulate_rocm_meta=True, shape=[128, 128, 256], **MX)
     assert_expected_inline(
         "\n".join(r["calls"]),
-        """torch.ops.torch_flydsl.scaled_mm_out.default(arg2_1, arg3_1, arg0_1, arg1_1, cfg='mx_m128n128k128_w2x2_s2_g0', out=buf0)""",
+        """torch.ops.torch_flydsl.scaled_mm_out.default(arg2_1, arg3_1, arg0_1, arg1_1, cfg='mx_m32n64k256_w1x4_s3_g0_c2', out=buf0)""",
     )
     (seen,) = [s for s in r["choices_seen"] if s["op"] == "scaled_mm"]
-    assert seen["descriptions"] == ["FlyDSL mx_m128n128k128_w2x2_s2_g0", "PyTorch _scaled_mm_v2 (the op's own kernel)"]
+    assert seen["descriptions"] == ["FlyDSL mx_m32n64k256_w1x4_s3_g0_c2", "PyTorch _scaled_mm_v2 (the op's own kernel)"]
     assert r["max_rel_err"] < 1e-2
 
 
