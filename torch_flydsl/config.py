@@ -137,6 +137,23 @@ def intree_policy() -> str:
     return _choice("TORCH_FLYDSL_INTREE_POLICY", INTREE_POLICIES, "defer")
 
 
+_NATIVE_WORDS = {"true": "1", "on": "1", "yes": "1", "false": "0", "off": "0", "no": "0"}
+
+
+def native_setting() -> str:
+    """``TORCH_FLYDSL_NATIVE``: ``auto`` (default), ``1`` or ``0`` (true/on/yes and false/off/no
+    spell the last two); anything else warns once and means ``auto``."""
+    raw = os.environ.get("TORCH_FLYDSL_NATIVE", "")
+    word = raw.strip().lower()
+    word = _NATIVE_WORDS.get(word, word)
+    if not word:
+        return "auto"
+    if word not in ("auto", "1", "0"):
+        _bad_value("TORCH_FLYDSL_NATIVE", raw, "one of auto, 1, 0", "auto")
+        return "auto"
+    return word
+
+
 SEEDS_AUTOTUNE_ENV = "FLYDSL_ENABLE_AUTOTUNING"  # torch 2.15's Inductor reads it into the key below
 SEEDS_AUTOTUNE_KEY = "flydsl_enable_autotuning"  # torch._inductor.config's switch (torch 2.15+)
 

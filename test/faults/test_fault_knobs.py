@@ -28,6 +28,7 @@ BAD = {
     "TORCH_FLYDSL_LOG": ("verbose", "'(unset)'"),
     "TORCH_FLYDSL_EAGER": ("perhaps", "1"),
     "TORCH_FLYDSL_RUN_ONLY": ("perhaps", "0"),
+    "TORCH_FLYDSL_NATIVE": ("sometimes", "'auto'"),  # read at import torch (ops.register)
 }
 # Knobs the compiled model never reads (paths used by deployment tools and the vLLM re-route):
 # their bad values are tested where they are read, by these tests.
@@ -40,6 +41,8 @@ BAD_ELSEWHERE = {
     "TORCH_FLYDSL_VLLM": "integrations/test_vllm_hook::test_a_bad_TORCH_FLYDSL_VLLM_value_warns_once_and_installs_nothing",
     "TORCH_FLYDSL_VLLM_MXFP4":
         "integrations/test_vllm_mxfp4_linear::test_a_bad_TORCH_FLYDSL_VLLM_MXFP4_value_warns_once_and_keeps_vllms_kernel",
+    "TORCH_FLYDSL_HIP_LIBRARY":
+        "native/test_native_launcher::test_a_hip_library_that_does_not_load_is_named_in_the_status",
 }
 ALONE = "TORCH_FLYDSL_EXECUTOR"
 

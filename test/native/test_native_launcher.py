@@ -13,6 +13,8 @@ One case per family variant runs in the compile tier; every curated config is ``
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from nativekit import (all_cases, build_native_once, compare, dense_cases, grouped_cases, native_call,
@@ -235,3 +237,22 @@ def test_doctor_reports_the_loaded_library_its_hip_library_and_index(native, tmp
     assert rows["loaded in this process"] == "yes"
     assert rows["HIP library"] == f"loaded {standin.path}"
     assert rows["native index"] == f"{tmp_path}/native/index.tsv, 1 code objects"
+
+
+def test_a_hip_library_that_does_not_load_is_named_in_the_status(native, tmp_path):
+    # A bad TORCH_FLYDSL_HIP_LIBRARY (the library reads it once per process: a fresh one here):
+    # loading still works, and the status says which file and why it did not open (launches
+    # then decline to the Python impl with that reason: gfx950 tier).
+    import subprocess
+    import sys
+
+    lib, _, _ = native
+    missing = tmp_path / "no_such_libamdhip64.so"
+    code = (f"import torch; torch.ops.load_library({str(lib)!r}); "
+            "print(torch.ops.torch_flydsl_native.status())")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "TORCH_FLYDSL_DISABLE": "1", "TORCH_FLYDSL_HIP_LIBRARY": str(missing)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    hip_line = next(ln for ln in r.stdout.splitlines() if ln.startswith("hip: "))
+    assert hip_line.startswith(f"hip: TORCH_FLYDSL_HIP_LIBRARY={missing} does not load: "), r.stdout
+    assert "launches: 0" in r.stdout

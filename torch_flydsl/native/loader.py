@@ -8,7 +8,6 @@ host-cost benchmark), ``0`` never.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -16,8 +15,9 @@ _loaded: Optional[Path] = None
 
 
 def setting() -> str:
-    raw = os.environ.get("TORCH_FLYDSL_NATIVE", "auto").strip().lower()
-    return {"": "auto", "true": "1", "on": "1", "yes": "1", "false": "0", "off": "0", "no": "0"}.get(raw, raw)
+    from ..config import native_setting
+
+    return native_setting()
 
 
 def loaded() -> Optional[Path]:
