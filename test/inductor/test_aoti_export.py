@@ -104,6 +104,7 @@ def test_without_the_plugins_ops_loading_fails_naming_them(package):
     assert "torch_flydsl::dense_addmm_out" in r["error"], r
 
 
+@pytest.mark.slow  # the default tier checks cpp_wrapper offers (test_declines_logged); this runs a whole compile
 def test_cpp_wrapper_compile_calls_the_flydsl_ops_and_matches_eager(package):
     # With the policy "defer" and torch's in-tree backend planted as serving every op: it offers
     # nothing under a C++ wrapper (torch 2.15), so the plugin must serve anyway.

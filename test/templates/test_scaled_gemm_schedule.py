@@ -8,7 +8,10 @@ every curated MXFP8 grouped config. Each set compiles in one fresh process (FlyD
 only when it lowers a kernel); counts are defined in ``torch_flydsl/runtime/isa.py``. One loop
 iteration is one scale chunk of ``chunk`` K tiles (the pipeline unrolls them), so counts are per
 K tile. Recorded with flydsl 0.5.0 (skipped with other releases). Re-record with
-EXPECTTEST_ACCEPT=1.
+EXPECTTEST_ACCEPT=1 and ``-m slow``.
+
+Tiers: the default tier checks the dense MXFP8 set (its loops and issue 20's checks); the golden
+of all three sets and their checks run under ``-m slow`` (about 35 compiles, minutes on 2 cores).
 """
 
 import json
@@ -100,19 +103,31 @@ def render(family: str, fmt: str, dump_dir: str) -> str:
     return json.dumps(out)
 
 
+def _render_sets(tmp_path_factory, sets) -> dict:
+    out = {}
+    for family, fmt in sets:
+        d = tmp_path_factory.mktemp(f"isa_{family}_{fmt}")
+        out[family, fmt] = json.loads(summary_in_subprocess(__file__, "render", (family, fmt), d))
+    return out
+
+
 @pytest.fixture(scope="module")
 def loops(tmp_path_factory):
-    sets = {}
-    for family, fmt in (("dense", "e4m3"), ("dense", "e2m1"), ("grouped", "e4m3")):
-        d = tmp_path_factory.mktemp(f"isa_{family}_{fmt}")
-        sets[family, fmt] = json.loads(summary_in_subprocess(__file__, "render", (family, fmt), d))
-    return sets
+    """All three sets (about 35 compiles: the slow tier)."""
+    return _render_sets(tmp_path_factory, (("dense", "e4m3"), ("dense", "e2m1"), ("grouped", "e4m3")))
+
+
+@pytest.fixture(scope="module")
+def fp8_loops(tmp_path_factory):
+    """The dense MXFP8 set alone (13 compiles: the default tier's check of the MX schedule)."""
+    return _render_sets(tmp_path_factory, (("dense", "e4m3"),))
 
 
 def lines(rows):
     return "\n".join(f"{r['config']}: {r['line']}" for r in rows)
 
 
+@pytest.mark.slow
 def test_every_curated_config_is_reported_with_a_main_loop(loops):
     from torch_flydsl.templates.scaled_gemm import search_space
     from torch_flydsl.templates.scaled_grouped_gemm.config import search_space as grouped_space
@@ -123,6 +138,7 @@ def test_every_curated_config_is_reported_with_a_main_loop(loops):
         assert all(r["loop"] for r in rows), lines(rows)
 
 
+@pytest.mark.slow
 def test_main_loop_of_every_curated_config(loops):
     """The three sets' loop lines, then the stated reason of every config below 2 waves per SIMD."""
     from torch_flydsl.templates.scaled_gemm.config import ONE_WAVE_PER_SIMD
@@ -197,6 +213,7 @@ def problems(row, reasons) -> list[str]:
     return p
 
 
+@pytest.mark.slow
 def test_issue_20_checks_hold_for_every_curated_mx_config(loops):
     """Every curated config runs >= 4 K tiles on the issue's shapes (K = 4096, block_k <= 512)."""
     from torch_flydsl.templates.scaled_gemm import search_space
@@ -206,6 +223,19 @@ def test_issue_20_checks_hold_for_every_curated_mx_config(loops):
     failing = {f"{family} {fmt} {r['config']}": problems(r, ONE_WAVE_PER_SIMD)
                for (family, fmt), rows in loops.items() for r in rows}
     failing = {k: v for k, v in failing.items() if v}
+    assert not failing, "\n".join(f"{k}: {'; '.join(v)}" for k, v in failing.items())
+
+
+def test_issue_20_checks_hold_for_every_curated_mxfp8_config(fp8_loops):
+    """The default tier's share of the two tests above: the dense MXFP8 loops (the FP8 loads are
+    the larger; MXFP4 and the grouped family are checked under slow)."""
+    from torch_flydsl.templates.scaled_gemm import search_space
+    from torch_flydsl.templates.scaled_gemm.config import ONE_WAVE_PER_SIMD
+
+    rows = fp8_loops["dense", "e4m3"]
+    assert [r["config"] for r in rows] == [c.key() for c in search_space("curated")]
+    assert all(r["loop"] for r in rows), lines(rows)
+    failing = {r["config"]: p for r in rows if (p := problems(r, ONE_WAVE_PER_SIMD))}
     assert not failing, "\n".join(f"{k}: {'; '.join(v)}" for k, v in failing.items())
 
 
