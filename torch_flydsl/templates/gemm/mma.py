@@ -79,6 +79,12 @@ def interleave_dmas(dmas: int, mfmas: int):
     one burst ahead of the MFMAs, where their issue cycles and address arithmetic are not
     hidden behind matrix work."""
     rocdl.sched_group_barrier(SCHED_DS_READ, 256, 0)
+    spread_dmas(dmas, mfmas)
+
+
+def spread_dmas(dmas: int, mfmas: int):
+    """Scheduling groups: ``dmas`` DMAs spread evenly between ``mfmas`` MFMAs (a run of MFMAs,
+    a DMA, ..., the rest of the MFMAs)."""
     per = max(1, mfmas // (dmas + 1))
     left = mfmas
     for _ in range_constexpr(dmas):

@@ -33,7 +33,7 @@ from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
 from ..dsl import dsl_control_flow
 from .geometry import MMA_K, MMA_N
 from .main_loop import PipelineSpec, main_loop
-from .mma import SCHED_DS_READ, SCHED_MFMA, SCHED_VMEM, Mma
+from .mma import SCHED_DS_READ, SCHED_MFMA, Mma, spread_dmas
 from .tile_loads import Operand, TileLoads
 from .tile_spec import TileSpec
 
@@ -90,15 +90,7 @@ def interleave_reads_and_dmas(reads: int, dmas: int, mfmas: int):
         if left:
             rocdl.sched_group_barrier(SCHED_MFMA, 1, 0)
             left -= 1
-    per = max(1, left // (dmas + 1))
-    for _ in range_constexpr(dmas):
-        take = min(per, left)
-        if take:
-            rocdl.sched_group_barrier(SCHED_MFMA, take, 0)
-            left -= take
-        rocdl.sched_group_barrier(SCHED_VMEM, 1, 0)
-    if left:
-        rocdl.sched_group_barrier(SCHED_MFMA, left, 0)
+    spread_dmas(dmas, left)
 
 
 def prefetch_main_loop(spec: PipelineSpec, loads, mma: PrefetchMma, k_tiles, kt0=None):
