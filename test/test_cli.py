@@ -135,12 +135,16 @@ def test_explain_json_has_served_by_offered_and_declined():
     import json
 
     from torch_flydsl.templates.dense_gemm.config import CURATED as DENSE
+    from torch_flydsl.templates.dense_gemm.config import DEEP_STAGES
 
     j = json.loads(cli("explain", "mm", "64", "4096", "100", "--breadth", "curated", "--json"))
     assert j["served_by"] == "pytorch" and j["offered"] == [] and "K=100 is not a multiple of 8" in j["reason"]
     j = json.loads(cli("explain", "mm", "4096", "4096", "4096", "--breadth", "curated", "--json"))
     assert all(set(d) == {"config", "category", "reason"} for d in j["declined"])
-    assert sorted(d["config"] for d in j["declined"]) == sorted(c.key() for c in DENSE if c.split_k > 1)
+    # Declined at 4096^3: split-K (the output tiles fill the CUs) and the deep tiles (the grid
+    # does not fit in one round).
+    assert sorted(d["config"] for d in j["declined"]) == sorted(c.key() for c in DENSE
+                                                                if c.split_k > 1 or c.stages >= DEEP_STAGES)
     j = json.loads(cli("explain", "mm", "64", "4096", "4096", "--layout", "nt", "--json"))
     assert j["served_by"] == "plugin" and j["offered"] == ["m128n128k32_w2x2_s4_g0"]
     assert j["op"] == "mm" and j["problem"] == {"m": 64, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt",

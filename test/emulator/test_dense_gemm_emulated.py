@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("flydsl")
 
-from torch_flydsl.templates.dense_gemm.config import BASELINE, search_space  # noqa: E402
+from torch_flydsl.templates.dense_gemm.config import BASELINE, DEEP_STAGES, search_space  # noqa: E402
 
 from dense_cases import emulate_gemm  # noqa: E402
 
@@ -73,12 +73,26 @@ def test_every_curated_config(i):
     # The register-prefetch configs (big tiles, costly to emulate): one output tile with M and N
     # tails, and stages + 1 K tiles (its loop's unrolled pairs, the odd last tile when stages is
     # even, the re-fetches past the last tile); test_dense_gemm_prefetch.py sweeps more.
+    # The deep configs (stages >= DEEP_STAGES): stages + 1 K tiles, so that their ring wraps.
     cfg = CURATED[i]
     k_tiles = 3 if cfg.split_k == 1 else cfg.split_k * (cfg.stages - 1)
+    if cfg.stages >= DEEP_STAGES:
+        k_tiles = cfg.stages + 1
     m, n = 2 * cfg.block_m - 8, cfg.block_n + 24
     if cfg.prefetch:
         k_tiles, m, n = cfg.stages + 1, cfg.block_m - 8, cfg.block_n - 24
     k = k_tiles * cfg.block_k - 24
     rep = emulate_gemm(cfg, m, n, k, layout=LAYOUTS[i % 4], dtype=(torch.bfloat16, torch.float16)[i % 2],
                    pad=8, offset=8, bias="vector" if i % 3 == 0 else None, alpha=0.75, beta=-1.5, seed=i)
+    assert rep.ok, rep
+
+
+DEEP = [c for c in CURATED if c.stages >= DEEP_STAGES]
+
+
+@pytest.mark.parametrize("cfg", DEEP, ids=[c.key() for c in DEEP])
+def test_deep_configs_with_fewer_k_tiles_than_stages(cfg):
+    # K shorter than the tiles a deep config keeps in flight (two K tiles, the second a tail):
+    # the prologue must not wait for DMAs it never issued, nor multiply stages it never filled.
+    rep = emulate_gemm(cfg, cfg.block_m + 8, cfg.block_n + 8, 2 * cfg.block_k - 40, layout="nt", seed=7)
     assert rep.ok, rep

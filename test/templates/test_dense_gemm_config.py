@@ -14,12 +14,14 @@ BF16 = torch.bfloat16
 
 
 def test_importing_the_config_does_not_import_flydsl():
-    import importlib
+    # In a fresh process: reloading the module here would replace DenseGemmConfig, and configs
+    # made before the reload would no longer pickle (compile workers receive them pickled).
+    import subprocess
 
-    before = {m for m in sys.modules if m == "flydsl" or m.startswith("flydsl.")}
-    importlib.reload(C)
-    after = {m for m in sys.modules if m == "flydsl" or m.startswith("flydsl.")}
-    assert after == before
+    code = ("import sys, torch_flydsl.templates.dense_gemm.config as C; C.search_space('curated'); "
+            "print(any(m == 'flydsl' or m.startswith('flydsl.') for m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "False"
 
 
 def test_baseline_is_exactly_one_valid_config():
@@ -31,7 +33,7 @@ def test_baseline_is_exactly_one_valid_config():
 
 def test_curated_is_short_valid_distinct_and_covers_decode_and_large_tiles():
     cur = search_space("curated")
-    assert 6 <= len(cur) <= 16
+    assert 6 <= len(cur) <= 20
     assert len({c.key() for c in cur}) == len(cur)
     assert all(c.is_valid() for c in cur), [c.static_problems() for c in cur]
     assert C.BASELINE in cur

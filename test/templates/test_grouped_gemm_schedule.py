@@ -47,7 +47,7 @@ def test_every_curated_config_is_reported_and_has_a_main_loop(curated):
 def test_main_loop_schedule_of_every_curated_config(curated):
     assert_expected_inline("\n".join(c["line"] for c in curated), """\
 grp_m128n128k32_w2x2_s4_g0 nt: 2 tile(s)/iter; per tile mfma 16, dma 4 (4 between mfma), vmcnt [8,8], lgkmcnt x9, barrier 1, branches 0+1, salu 10; mfma-free run 24, loop 104 instrs; vgpr 120 agpr 0 sgpr 71 lds 65536 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
-grp_m16n64k128_w1x4_s3_g0 nt: 2 tile(s)/iter; per tile mfma 4, dma 5 (4 between mfma), vmcnt [5,5], lgkmcnt x8, barrier 1, branches 0+1, salu 20.5; mfma-free run 38, loop 118 instrs; vgpr 86 agpr 0 sgpr 75 lds 61440 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
+grp_m16n64k128_w1x4_s3_g0 nt: 2 tile(s)/iter; per tile mfma 4, dma 5 (5 between mfma), vmcnt [5,5], lgkmcnt x8, barrier 1, branches 0+1, salu 20.5; mfma-free run 35, loop 117 instrs; vgpr 86 agpr 0 sgpr 75 lds 61440 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
 grp_m32n128k64_w1x4_s3_g0 nt: 2 tile(s)/iter; per tile mfma 8, dma 5 (5 between mfma), vmcnt [5,5], lgkmcnt x6, barrier 1, branches 0+1, salu 20.5; mfma-free run 39, loop 116 instrs; vgpr 80 agpr 0 sgpr 73 lds 61440 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD
 grp_m64n64k64_w2x2_s3_g0 nt: 2 tile(s)/iter; per tile mfma 8, dma 4 (4 between mfma), vmcnt [4,4], lgkmcnt x6, barrier 1, branches 0+1, salu 17.5; mfma-free run 38, loop 106 instrs; vgpr 82 agpr 0 sgpr 73 lds 49152 spills 0 scratch 0; 3 wg/CU, 3 waves/SIMD
 grp_m64n128k64_w2x2_s3_g0 nt: 1 tile(s)/iter; per tile mfma 16, dma 6 (6 between mfma), vmcnt [6], lgkmcnt x8, barrier 1, branches 0+1, salu 23; mfma-free run 38, loop 80 instrs; vgpr 110 agpr 0 sgpr 65 lds 73728 spills 0 scratch 0; 2 wg/CU, 2 waves/SIMD

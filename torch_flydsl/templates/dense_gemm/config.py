@@ -20,11 +20,12 @@ import torch
 
 from ..base import Decline, pick_by_size, split_by_fit
 from ..gemm.geometry import MMA_K, MMA_M, MMA_N, VEC, c_lds_row_stride
-from ..gemm.limits import LDS_LIMIT_BYTES, MAX_ACC_REGS_PER_LANE, MAX_THREADS, MAX_VMCNT, NUM_CUS, WAVE_SIZE
+from ..gemm.limits import (LDS_LIMIT_BYTES, LDS_PER_CU_BYTES, MAX_ACC_REGS_PER_LANE, MAX_THREADS, MAX_VMCNT, NUM_CUS,
+                           THREADS_PER_CU, WAVE_SIZE)
 from .problem import GemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
-KERNEL_VERSION = "dense_gemm-6"
+KERNEL_VERSION = "dense_gemm-7"
 
 ELEM_BYTES = 2  # bf16 / fp16
 MAX_SPLIT_K = 16
@@ -32,6 +33,9 @@ MAX_SPLIT_K = 16
 # launches). Split-K is offered only while the output tiles leave CUs idle (< NUM_CUS tiles).
 SPLIT_K_COUNTERS = NUM_CUS
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
+# A config with this many stages or more is a deep one: it spends LDS on tiles in flight and
+# gives up workgroups per CU for it (curated ones hold < 2 waves per SIMD; DEEP_REASON).
+DEEP_STAGES = 5
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,12 @@ class DenseGemmConfig:
         ab = self.stages * (self.block_m + self.block_n) * self.block_k * ELEM_BYTES
         c = self.block_m * c_lds_row_stride(self.block_n) * ELEM_BYTES
         return max(ab, c)
+
+    @property
+    def resident_per_cu(self) -> int:
+        """Workgroups of this config one CU holds at once, by LDS and threads (registers may
+        hold fewer; the ISA's resources say)."""
+        return max(1, min(LDS_PER_CU_BYTES // self.lds_bytes, THREADS_PER_CU // self.threads))
 
     @property
     def dma_per_tile(self) -> int:
@@ -186,15 +196,29 @@ CURATED = (
     # Big (M, N >= 2048): the same tile on the register-prefetch pipeline (gemm.prefetch_loop;
     # docs/gemm_schedules.md): its MFMAs never wait for LDS reads behind a barrier.
     DenseGemmConfig(256, 256, 32, 2, 4, 4, 8, prefetch=1),
+    # Deep (stages >= DEEP_STAGES; offered only where the whole grid is resident at once, see
+    # config_fits): 5-7 tiles in flight per workgroup for grids of at most one or two workgroups
+    # per CU (M <= 512 at N = 4096), where the bytes in flight, not the waves, set the pace.
+    DenseGemmConfig(16, 16, 128, 1, 1, 8, 0),
+    DenseGemmConfig(32, 64, 128, 2, 2, 6, 0),
+    DenseGemmConfig(64, 64, 64, 2, 2, 8, 0),
+    DenseGemmConfig(64, 128, 64, 2, 2, 6, 0),
 )
+
+# Why the deep configs hold fewer than 2 waves per SIMD (the schedule golden prints it; every
+# other curated config holds >= 2).
+DEEP_REASON = ("deep tile, offered only where the whole grid is resident at once ({wg} workgroup(s) per CU at "
+               "most): {ahead} tiles of {kib} KiB in flight per workgroup. With so few workgroups the bytes "
+               "in flight per CU, not the waves, set the pace; more waves per SIMD would need workgroups "
+               "the grid does not have")
 
 _EXHAUSTIVE_AXES = dict(
     block_m=(16, 32, 64, 128, 256),
-    block_n=(32, 64, 128, 256),
+    block_n=(16, 32, 64, 128, 256),
     block_k=(32, 64, 128),
     m_waves=(1, 2, 4),
     n_waves=(1, 2, 4),
-    stages=(2, 3, 4),
+    stages=(2, 3, 4, 6, 8),
     group_m=(0, 8),
     split_k=(1, 4, 8),
     prefetch=(0, 1),
@@ -242,9 +266,29 @@ def config_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]
         return Decline("shape", f"empty problem M={problem.m} N={problem.n} K={problem.k}")
     if problem.m >= 2**31 or problem.n >= 2**31 or problem.k >= 2**31:
         return Decline("shape", "M, N and K must fit in int32")
+    if cfg.stages >= DEEP_STAGES:
+        return _deep_fits(cfg, problem)
     if cfg.split_k > 1:
         return _split_k_fits(cfg, problem)
     return None
+
+
+def _deep_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]:
+    workgroups = -(-problem.m // cfg.block_m) * -(-problem.n // cfg.block_n) * cfg.split_k
+    slots = NUM_CUS * cfg.resident_per_cu
+    if workgroups > slots:
+        return Decline("fit", f"{cfg.key()}: {workgroups} workgroups exceed the {slots} a round of "
+                              f"{NUM_CUS} CUs holds ({cfg.resident_per_cu} each); a deep tile trades "
+                              "workgroups per CU for tiles in flight and pays only when the grid fits in one round")
+    return None
+
+
+def one_wave_per_simd_reason(cfg: DenseGemmConfig) -> Optional[str]:
+    """Why a curated config may hold fewer than 2 waves per SIMD (None: it must hold 2)."""
+    if cfg.stages < DEEP_STAGES:
+        return None
+    kib = (cfg.block_m + cfg.block_n) * cfg.block_k * ELEM_BYTES / 1024
+    return DEEP_REASON.format(wg=cfg.resident_per_cu, ahead=cfg.stages - 1, kib=f"{kib:g}")
 
 
 def _split_k_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]:

@@ -83,8 +83,19 @@ def interleave_dmas(dmas: int, mfmas: int):
 
 
 def spread_dmas(dmas: int, mfmas: int):
-    """Scheduling groups: ``dmas`` DMAs spread evenly between ``mfmas`` MFMAs (a run of MFMAs,
-    a DMA, ..., the rest of the MFMAs)."""
+    """Scheduling groups: ``dmas`` DMAs spread evenly between ``mfmas`` MFMAs. With fewer DMAs
+    than MFMAs: a run of ``mfmas // (dmas + 1)`` MFMAs before each DMA, the rest of the MFMAs
+    after the last. With at least as many DMAs as MFMAs (narrow tiles: a one-wave 16x16 tile
+    loads two DMAs per MFMA), the gaps between MFMAs take several DMAs each, the earlier gaps
+    one more, so that every DMA sits between two MFMAs."""
+    if dmas >= mfmas >= 2:
+        gaps = mfmas - 1
+        per_gap = [dmas // gaps + (1 if g < dmas % gaps else 0) for g in range(gaps)]
+        for g in range_constexpr(gaps):
+            rocdl.sched_group_barrier(SCHED_MFMA, 1, 0)
+            rocdl.sched_group_barrier(SCHED_VMEM, per_gap[g], 0)
+        rocdl.sched_group_barrier(SCHED_MFMA, 1, 0)
+        return
     per = max(1, mfmas // (dmas + 1))
     left = mfmas
     for _ in range_constexpr(dmas):

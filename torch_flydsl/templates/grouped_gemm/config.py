@@ -17,7 +17,7 @@ from ..dense_gemm.config import SUPPORTED_DTYPES, DenseGemmConfig
 from .problem import GroupedGemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
-KERNEL_VERSION = "grouped_gemm-5"
+KERNEL_VERSION = "grouped_gemm-6"
 KEY_PREFIX = "grp_"
 
 
