@@ -200,6 +200,7 @@ CURATED = (
     # config_fits): 5-7 tiles in flight per workgroup for grids of at most one or two workgroups
     # per CU (M <= 512 at N = 4096), where the bytes in flight, not the waves, set the pace.
     DenseGemmConfig(16, 16, 128, 1, 1, 8, 0),
+    DenseGemmConfig(32, 32, 128, 2, 1, 8, 0),
     DenseGemmConfig(32, 64, 128, 2, 2, 6, 0),
     DenseGemmConfig(64, 64, 64, 2, 2, 8, 0),
     DenseGemmConfig(64, 128, 64, 2, 2, 6, 0),
