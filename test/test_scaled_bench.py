@@ -35,10 +35,18 @@ def test_dry_run_lists_the_18_shapes_and_the_configs_tried(bench):
     assert len(bench.SUITE) == len(set(bench.SUITE)) == 18
     rows = [r for r in map(str.split, out.splitlines()) if len(r) == 7 and all(v.isdigit() for v in r[:4])]
     assert [tuple(map(int, r[1:4])) for r in rows] == list(bench.SUITE)
-    n = str(len(CURATED))
-    assert all(r[5:] == [n, n] for r in rows)  # every curated config fits every suite shape
-    every = ", ".join(c.key() for c in CURATED)
-    assert f"mxfp8 (every shape): {every}" in out and f"mxfp4 (every shape): {every}" in out
+    from torch_flydsl.bench.scaled_mm import problem_for
+    from torch_flydsl.templates.scaled_gemm import configs_for
+    from torch_flydsl.templates.scaled_gemm.config import DEEP_STAGES
+
+    # Per shape and format, the curated configs the family offers: all but the deep tiles (only
+    # where the grid fits in one round) and, with MXFP8, the MXFP4-only ones.
+    for r in rows:
+        shape = tuple(map(int, r[1:4]))
+        assert r[5:] == [str(len(configs_for(problem_for(fmt, *shape), "curated")[0])) for fmt in ("mxfp8", "mxfp4")]
+    assert rows[-1][5:] == [str(sum(c.stages < DEEP_STAGES for c in CURATED))] * 2  # 8192^3: no deep tile
+    big = ", ".join(c.key() for c in CURATED if c.stages < DEEP_STAGES)
+    assert f"mxfp8 (1024x4096x4096, 2048x4096x4096, " in out and f": {big}\n" in out
 
 
 def test_without_a_rocm_gfx950_gpu_it_says_so_and_exits_0():

@@ -39,6 +39,7 @@ from torch_flydsl.templates.scaled_gemm import (  # noqa: E402
     reference,
     search_space,
 )
+from torch_flydsl.templates.scaled_gemm.config import DEEP_STAGES  # noqa: E402
 from torch_flydsl.templates.scaled_gemm.problem import DTYPE_OF_FORMAT, FORMATS, SCALE_DTYPE  # noqa: E402
 from torch_flydsl.templates.scaled_gemm.reference import fp32_accumulated  # noqa: E402
 
@@ -196,14 +197,23 @@ CURATED = search_space("curated")
 OUTS = (torch.bfloat16, torch.float16)
 
 
+def pairs_for(cfg, out):
+    """The format pairs of FORMAT_PAIRS that ``cfg`` compiles for (all of them but for the MXFP4-only
+    deep tiles)."""
+    return [p for p in FORMAT_PAIRS if cfg.fits_formats(FORMATS[p[0]], FORMATS[p[1]], out)]
+
+
 @pytest.mark.parametrize("i", range(len(CURATED)), ids=[c.key() for c in CURATED])
 def test_every_curated_config(i):
     # Every shipped config: M and N tails, three K tiles (the pipeline wraps its stages),
     # padded leading strides and storage offsets, formats / output dtype / bias rotating.
+    # The deep configs (stages >= DEEP_STAGES): a steady chunk and a short last chunk, at least
+    # stages + 1 tiles (the ring wraps); formats rotate over the pairs the config fits.
     cfg = CURATED[i]
-    m, n, k = 2 * cfg.block_m - 8, cfg.block_n + 24, 3 * cfg.block_k
+    tiles = max(cfg.stages + 1, cfg.chunk + 2) if cfg.stages >= DEEP_STAGES else 3
+    m, n, k = 2 * cfg.block_m - 8, cfg.block_n + 24, tiles * cfg.block_k
     out = OUTS[i % 2]
-    rep = emulate_scaled(cfg, m, n, k, FORMAT_PAIRS[i % len(FORMAT_PAIRS)], out_dtype=out,
+    rep = emulate_scaled(cfg, m, n, k, pairs_for(cfg, out)[i % len(pairs_for(cfg, out))], out_dtype=out,
                          bias="vector" if i % 3 == 0 else None, pad=16, offset=16,
                          scales=SCALES if out == torch.bfloat16 else FP16_SCALES, seed=i)
     assert rep.ok, rep
@@ -215,6 +225,8 @@ def test_every_curated_config(i):
 @pytest.mark.parametrize("formats", FORMAT_PAIRS, ids="x".join)
 @pytest.mark.parametrize("cfg", CURATED, ids=str)
 def test_every_curated_config_format_output_and_bias(cfg, formats, out, bias):
+    if formats not in pairs_for(cfg, out):
+        pytest.skip(f"{cfg.key()} does not fit {formats} (an MXFP4-only deep tile)")
     rep = emulate_scaled(cfg, 2 * cfg.block_m - 8, cfg.block_n + 24, 2 * cfg.block_k, formats, out_dtype=out,
                          bias=bias, pad=16, offset=16, scales=SCALES if out == torch.bfloat16 else FP16_SCALES)
     assert rep.ok, rep
@@ -241,6 +253,7 @@ def test_chunked_scales_over_a_steady_loop_and_a_short_last_chunk(key, tiles, fo
 def test_every_curated_config_runs_its_steady_loop(i):
     # 2 full chunks and one of a single tile: the unrolled steady loop, its slot flip and the drain.
     cfg = CURATED[i]
+    pairs = pairs_for(cfg, torch.bfloat16)
     rep = emulate_scaled(cfg, cfg.block_m + 8, cfg.block_n - 8, (2 * cfg.chunk + 1) * cfg.block_k,
-                         FORMAT_PAIRS[(i + 1) % len(FORMAT_PAIRS)], pad=16, offset=16, seed=40 + i)
+                         pairs[(i + 1) % len(pairs)], pad=16, offset=16, seed=40 + i)
     assert rep.ok, rep

@@ -76,6 +76,8 @@ def render(family: str, fmt: str, dump_dir: str) -> str:
         from torch_flydsl.templates.scaled_gemm import compile_args, search_space
 
         for cfg in search_space("curated"):
+            if not cfg.fits_formats(f, f):  # the MXFP4-only deep tiles
+                continue
             m = n = 512
             k = 8 * cfg.block_k
             a = torch.empty(m, f.row_bytes(k), dtype=torch.uint8).view(DTYPE_OF_FORMAT[fmt])
@@ -132,9 +134,12 @@ def test_every_curated_config_is_reported_with_a_main_loop(loops):
     from torch_flydsl.templates.scaled_gemm import search_space
     from torch_flydsl.templates.scaled_grouped_gemm.config import search_space as grouped_space
 
-    for (family, _), rows in loops.items():
+    from torch_flydsl.templates.scaled_gemm.problem import FORMATS
+
+    for (family, fmt), rows in loops.items():
         space = search_space("curated") if family == "dense" else grouped_space("curated")
-        assert [r["config"] for r in rows] == [c.key() for c in space]
+        f = FORMATS[fmt]
+        assert [r["config"] for r in rows] == [c.key() for c in space if c.fits_formats(f, f)]
         assert all(r["loop"] for r in rows), lines(rows)
 
 
@@ -161,6 +166,9 @@ mx_m128n128k128_w2x2_s3_g8_c2: 2 tile(s)/iter; per tile mfma 16, dma 9 (9 betwee
 mx_m256n128k128_w2x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 32, dma 13.5 (13.5 between mfma), vmcnt [12,18,12,12], lgkmcnt x22, barrier 1, branches 0+1, salu 32.25; mfma-free run 164, loop 994 instrs; vgpr 440 agpr 184 lds 159744 spills 0 scratch 0; 1 waves/SIMD
 mx_m256n128k128_w4x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 6.75 (6.75 between mfma), vmcnt [6,9,6,6], lgkmcnt x27, barrier 1, branches 0+1, salu 24.5; mfma-free run 84, loop 504 instrs; vgpr 232 agpr 0 lds 159744 spills 0 scratch 0; 2 waves/SIMD
 mx_m128n256k128_w2x4_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 6.75 (6.75 between mfma), vmcnt [6,9,6,6], lgkmcnt x25, barrier 1, branches 0+1, salu 23.5; mfma-free run 83, loop 498 instrs; vgpr 232 agpr 0 lds 159744 spills 0 scratch 0; 2 waves/SIMD
+mx_m16n32k512_w1x2_s6_g0_c8: 8 tile(s)/iter; per tile mfma 4, dma 13.5 (12.75 between mfma), vmcnt [48,60,60,60,60,48,48,48], lgkmcnt x12, barrier 1, branches 0+1, salu 29.25; mfma-free run 105, loop 1029 instrs; vgpr 140 agpr 0 lds 159744 spills 0 scratch 0; 0 waves/SIMD
+mx_m32n64k256_w1x4_s6_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 6.75 (6.25 between mfma), vmcnt [24,27,27,27], lgkmcnt x11, barrier 1, branches 0+1, salu 26; mfma-free run 100, loop 373 instrs; vgpr 164 agpr 0 lds 153600 spills 0 scratch 0; 1 waves/SIMD
+mx_m64n128k128_w2x2_s6_g0_c8: 8 tile(s)/iter; per tile mfma 8, dma 6.75 (6.625 between mfma), vmcnt [24,30,30,30,30,24,24,24], lgkmcnt x39, barrier 1, branches 0+1, salu 22.75; mfma-free run 144, loop 794 instrs; vgpr 198 agpr 0 lds 159744 spills 0 scratch 0; 1 waves/SIMD
 # dense e2m1
 mx_m128n128k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 16, dma 5 (5 between mfma), vmcnt [4,6], lgkmcnt x8, barrier 1, branches 0+1, salu 25.5; mfma-free run 75, loop 210 instrs; vgpr 160 agpr 0 lds 53248 spills 0 scratch 0; 3 waves/SIMD
 mx_m16n32k512_w1x2_s4_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 7.5 (6.75 between mfma), vmcnt [12,18,18,12], lgkmcnt x16, barrier 1, branches 0+1, salu 13.25; mfma-free run 61, loop 268 instrs; vgpr 118 agpr 0 lds 55296 spills 0 scratch 0; 1 waves/SIMD
@@ -175,6 +183,11 @@ mx_m128n128k128_w2x2_s3_g8_c2: 2 tile(s)/iter; per tile mfma 16, dma 5 (5 betwee
 mx_m256n128k128_w2x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 32, dma 7.5 (7.5 between mfma), vmcnt [6,12,6,6], lgkmcnt x18, barrier 1, branches 0+1, salu 26.25; mfma-free run 116, loop 697 instrs; vgpr 366 agpr 110 lds 86016 spills 0 scratch 0; 1 waves/SIMD
 mx_m256n128k128_w4x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x18, barrier 1, branches 0+1, salu 21.5; mfma-free run 83, loop 365 instrs; vgpr 164 agpr 0 lds 86016 spills 0 scratch 0; 2 waves/SIMD
 mx_m128n256k128_w2x4_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x18, barrier 1, branches 0+1, salu 20.5; mfma-free run 81, loop 362 instrs; vgpr 162 agpr 0 lds 86016 spills 0 scratch 0; 2 waves/SIMD
+mx_m16n32k512_w1x2_s6_g0_c8: 8 tile(s)/iter; per tile mfma 4, dma 7.5 (7 between mfma), vmcnt [24,36,36,36,36,24,24,24], lgkmcnt x8, barrier 1, branches 0+1, salu 23.25; mfma-free run 76, loop 657 instrs; vgpr 92 agpr 0 lds 86016 spills 0 scratch 0; 0 waves/SIMD
+mx_m32n64k256_w1x4_s6_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 3.75 (3.5 between mfma), vmcnt [12,15,15,15], lgkmcnt x12, barrier 1, branches 0+1, salu 23; mfma-free run 98, loop 274 instrs; vgpr 106 agpr 0 lds 79872 spills 0 scratch 0; 2 waves/SIMD
+mx_m64n128k128_w2x2_s6_g0_c8: 8 tile(s)/iter; per tile mfma 8, dma 3.75 (3.625 between mfma), vmcnt [12,18,18,18,18,12,12,12], lgkmcnt x33, barrier 1, branches 0+1, salu 19.75; mfma-free run 58, loop 580 instrs; vgpr 112 agpr 0 lds 86016 spills 0 scratch 0; 1 waves/SIMD
+mx_m32n64k512_w1x4_s6_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 7.5 (7.25 between mfma), vmcnt [24,30,30,30], lgkmcnt x17, barrier 1, branches 0+1, salu 27.75; mfma-free run 79, loop 411 instrs; vgpr 168 agpr 0 lds 159744 spills 0 scratch 0; 1 waves/SIMD
+mx_m64n128k256_w2x2_s5_g0_c4: 4 tile(s)/iter; per tile mfma 16, dma 7.5 (7.5 between mfma), vmcnt [18,24,24,24], lgkmcnt x33, barrier 1, branches 0+1, salu 28.75; mfma-free run 81, loop 478 instrs; vgpr 176 agpr 0 lds 135168 spills 0 scratch 0; 1 waves/SIMD
 # grouped e4m3
 mxgrp_m128n128k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 16, dma 9 (9 between mfma), vmcnt [8,10], lgkmcnt x11, barrier 1, branches 0+1, salu 28; mfma-free run 86, loop 282 instrs; vgpr 242 agpr 0 lds 102400 spills 0 scratch 0; 1 waves/SIMD
 mxgrp_m16n32k512_w1x2_s4_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 13.5 (12 between mfma), vmcnt [24,27], lgkmcnt x8, barrier 1, branches 0+1, salu 28.5; mfma-free run 140, loop 258 instrs; vgpr 210 agpr 0 lds 101376 spills 0 scratch 0; 0 waves/SIMD
@@ -190,9 +203,14 @@ mx_m128n128k128_w2x2_s3_g0_c2: FP8: 3 stages of 32 KiB + scale slots (100 KiB) l
 mx_m128n128k128_w2x2_s3_g8_c2: as mx_m128n128k128_w2x2_s3_g0_c2
 mx_m16n32k512_w1x2_s4_g0_c2: the grouped family's mx_m16n32k512_w1x2_s4_g0_c4 (chunk 2): deep decode tile: 512 K values per tile (8 tiles at K = 4096) with 3 tiles in flight per workgroup; its LDS (FP8 99 KiB) leaves room for 1 (FP8) workgroup(s) of 2 waves per CU. A decode GEMM is bound by the bytes in flight, not by waves; mx_m32n16k256_w2x1_s3_g0_c2 is the 2-waves-per-SIMD decode alternative
 mx_m16n32k512_w1x2_s4_g0_c4: deep decode tile: 512 K values per tile (8 tiles at K = 4096) with 3 tiles in flight per workgroup; its LDS (FP8 102 KiB, FP4 54 KiB) leaves room for 1 (FP8) / 2 (FP4) workgroup(s) of 2 waves per CU. A decode GEMM is bound by the bytes in flight, not by waves; mx_m32n16k256_w2x1_s3_g0_c2 is the 2-waves-per-SIMD decode alternative
+mx_m16n32k512_w1x2_s6_g0_c8: deep tile, offered only where the whole grid is resident at once: 5 tiles in flight and scale chunks of 8 tiles per workgroup (FP8 156 KiB, FP4 84 KiB). With so few workgroups the bytes in flight per CU, not the waves, set the pace; more waves per SIMD would need workgroups the grid does not have
 mx_m256n128k128_w2x2_s3_g8_c4: by design: 4 waves of 128x64 outputs each read 12 operand rows per 32 MFMAs, the fewest LDS bytes per MFMA of the curated tiles (its 8-wave twin mx_m256n128k128_w4x2_s3_g8_c4 holds 2 waves per SIMD)
 mx_m32n16k512_w2x1_s3_g0_c2: deep decode tile: 512 K values per tile (8 tiles at K = 4096) with 2 tiles in flight per workgroup; its LDS (FP8 75 KiB) leaves room for 2 (FP8) workgroup(s) of 2 waves per CU. A decode GEMM is bound by the bytes in flight, not by waves; mx_m32n16k256_w2x1_s3_g0_c2 is the 2-waves-per-SIMD decode alternative
-mx_m32n64k512_w1x4_s3_g0_c2: FP8: deep decode tile: 512 K values per tile (8 tiles at K = 4096) with 2 tiles in flight per workgroup; its LDS (FP8 150 KiB) leaves room for 1 (FP8) workgroup(s) of 4 waves per CU. A decode GEMM is bound by the bytes in flight, not by waves; mx_m32n16k256_w2x1_s3_g0_c2 is the 2-waves-per-SIMD decode alternative; with FP4 (78 KiB) it holds 2 waves per SIMD""")
+mx_m32n64k256_w1x4_s6_g0_c4: deep tile, offered only where the whole grid is resident at once: 5 tiles in flight and scale chunks of 4 tiles per workgroup (FP8 150 KiB, FP4 78 KiB). With so few workgroups the bytes in flight per CU, not the waves, set the pace; more waves per SIMD would need workgroups the grid does not have
+mx_m32n64k512_w1x4_s3_g0_c2: FP8: deep decode tile: 512 K values per tile (8 tiles at K = 4096) with 2 tiles in flight per workgroup; its LDS (FP8 150 KiB) leaves room for 1 (FP8) workgroup(s) of 4 waves per CU. A decode GEMM is bound by the bytes in flight, not by waves; mx_m32n16k256_w2x1_s3_g0_c2 is the 2-waves-per-SIMD decode alternative; with FP4 (78 KiB) it holds 2 waves per SIMD
+mx_m32n64k512_w1x4_s6_g0_c4: deep tile, offered only where the whole grid is resident at once: 5 tiles in flight and scale chunks of 4 tiles per workgroup (FP4 156 KiB). With so few workgroups the bytes in flight per CU, not the waves, set the pace; more waves per SIMD would need workgroups the grid does not have
+mx_m64n128k128_w2x2_s6_g0_c8: deep tile, offered only where the whole grid is resident at once: 5 tiles in flight and scale chunks of 8 tiles per workgroup (FP8 156 KiB, FP4 84 KiB). With so few workgroups the bytes in flight per CU, not the waves, set the pace; more waves per SIMD would need workgroups the grid does not have
+mx_m64n128k256_w2x2_s5_g0_c4: deep tile, offered only where the whole grid is resident at once: 4 tiles in flight and scale chunks of 4 tiles per workgroup (FP4 132 KiB). With so few workgroups the bytes in flight per CU, not the waves, set the pace; more waves per SIMD would need workgroups the grid does not have""")
 
 
 def problems(row, reasons) -> list[str]:
@@ -232,8 +250,11 @@ def test_issue_20_checks_hold_for_every_curated_mxfp8_config(fp8_loops):
     from torch_flydsl.templates.scaled_gemm import search_space
     from torch_flydsl.templates.scaled_gemm.config import ONE_WAVE_PER_SIMD
 
+    from torch_flydsl.templates.scaled_gemm.problem import FORMATS
+
     rows = fp8_loops["dense", "e4m3"]
-    assert [r["config"] for r in rows] == [c.key() for c in search_space("curated")]
+    fp8 = FORMATS["e4m3"]
+    assert [r["config"] for r in rows] == [c.key() for c in search_space("curated") if c.fits_formats(fp8, fp8)]
     assert all(r["loop"] for r in rows), lines(rows)
     failing = {r["config"]: p for r in rows if (p := problems(r, ONE_WAVE_PER_SIMD))}
     assert not failing, "\n".join(f"{k}: {'; '.join(v)}" for k, v in failing.items())

@@ -22,7 +22,8 @@ import torch
 
 from ..base import Decline, pick_by_size, split_by_fit
 from ..gemm.geometry import c_lds_row_stride
-from ..gemm.limits import DMA_BYTES, LDS_LIMIT_BYTES, MAX_ACC_REGS_PER_LANE, MAX_THREADS, MAX_VMCNT, WAVE_SIZE
+from ..gemm.limits import (DMA_BYTES, LDS_LIMIT_BYTES, LDS_PER_CU_BYTES, MAX_ACC_REGS_PER_LANE, MAX_THREADS, MAX_VMCNT,
+                           NUM_CUS, THREADS_PER_CU, WAVE_SIZE)
 from .problem import FORMATS, OUT_DTYPES, SCALE_BLOCK, MxFormat, ScaledGemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
@@ -33,6 +34,9 @@ MAX_STEPS = 4  # MFMA K steps per tile: opsel picks one of the 4 bytes of a lane
 SCALE_SLOTS = 2  # scale chunk slots in LDS: the chunk being consumed and the next one
 SCALE_DMA_BYTES = 4  # one async 32-bit DMA per (row, 128 K values) of a scale tile
 KEY_PREFIX = "mx_"
+# A config with this many stages or more is a deep one: it spends LDS on tiles in flight and
+# gives up workgroups per CU for it; offered only where the whole grid is resident at once.
+DEEP_STAGES = 5
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -142,6 +146,11 @@ class ScaledGemmConfig:
         c = self.block_m * c_lds_row_stride(self.block_n) * out_dtype.itemsize
         return max(self.stages * stage + slots, c)
 
+    def resident_per_cu(self, a: MxFormat, b: MxFormat, out_dtype: torch.dtype = torch.bfloat16) -> int:
+        """Workgroups of this config one CU holds at once for formats ``a`` x ``b``, by LDS and
+        threads (registers may hold fewer; the ISA's resources say)."""
+        return max(1, min(LDS_PER_CU_BYTES // self.lds_bytes(a, b, out_dtype), THREADS_PER_CU // self.threads))
+
     def static_problems(self) -> list[str]:
         """Why this config cannot compile for any formats (empty when it can)."""
         p = []
@@ -156,8 +165,8 @@ class ScaledGemmConfig:
                      f"{MAX_STEPS} per scale word)")
         if self.threads > MAX_THREADS:
             p.append(f"{self.threads} threads exceed the workgroup limit {MAX_THREADS}")
-        if not 2 <= self.stages <= 4:
-            p.append(f"stages={self.stages} is outside 2..4")
+        if not 2 <= self.stages <= 6:  # 5-6: the deep configs
+            p.append(f"stages={self.stages} is outside 2..6")
         if self.group_m < 0:
             p.append("group_m must be >= 0")
         if self.chunk < 1:
@@ -211,6 +220,16 @@ CURATED = (
     ScaledGemmConfig(256, 128, 128, 2, 2, 3, 8, 4),
     ScaledGemmConfig(256, 128, 128, 4, 2, 3, 8, 4),
     ScaledGemmConfig(128, 256, 128, 2, 4, 3, 8, 4),
+    # Deep (stages >= DEEP_STAGES; offered only where the whole grid is resident at once): 4-5
+    # tiles in flight and scale chunks of 4-8 tiles, so that the scales, refilled one chunk
+    # ahead, lead by as many K values as the data (docs/mx_schedules.md). M <= 512 at N = 4096.
+    ScaledGemmConfig(16, 32, 512, 1, 2, 6, 0, 8),
+    ScaledGemmConfig(32, 64, 256, 1, 4, 6, 0, 4),
+    ScaledGemmConfig(64, 128, 128, 2, 2, 6, 0, 8),
+    # MXFP4 only (their FP8 stages do not fit in LDS): 512 K values of FP4 per tile at 128 rows,
+    # and 256 x 192 rows.
+    ScaledGemmConfig(32, 64, 512, 1, 4, 6, 0, 4),
+    ScaledGemmConfig(64, 128, 256, 2, 2, 5, 0, 4),
 )
 
 _EXHAUSTIVE_AXES = dict(
@@ -219,9 +238,9 @@ _EXHAUSTIVE_AXES = dict(
     block_k=(128, 256, 512),
     m_waves=(1, 2, 4),
     n_waves=(1, 2, 4),
-    stages=(2, 3, 4),
+    stages=(2, 3, 4, 5, 6),
     group_m=(0, 8),
-    chunk=(1, 2, 4),
+    chunk=(1, 2, 4, 8),
 )
 
 
@@ -264,6 +283,13 @@ def config_fits(cfg: ScaledGemmConfig, problem: ScaledGemmProblem) -> Optional[D
         return Decline("config", f"{cfg.key()} with {problem.a_format} x {problem.b_format}: " + "; ".join(by_format))
     if min(problem.m, problem.n, problem.k) <= 0:
         return Decline("shape", f"empty problem M={problem.m} N={problem.n} K={problem.k}")
+    if cfg.stages >= DEEP_STAGES:
+        workgroups = -(-problem.m // cfg.block_m) * -(-problem.n // cfg.block_n)
+        slots = NUM_CUS * cfg.resident_per_cu(problem.a_fmt, problem.b_fmt, problem.out_dtype)
+        if workgroups > slots:
+            return Decline("fit", f"{cfg.key()}: {workgroups} workgroups exceed the {slots} a round of {NUM_CUS} "
+                                  "CUs holds; a deep tile trades workgroups per CU for tiles in flight and pays "
+                                  "only when the grid fits in one round")
     if problem.k % SCALE_BLOCK or problem.k % cfg.block_k:
         return Decline(
             "shape",
@@ -305,6 +331,19 @@ ONE_WAVE_PER_SIMD = {
     "mx_m32n64k512_w1x4_s3_g0_c2": "FP8: " + _DEEP_DECODE.format(ahead=2, lds="FP8 150 KiB", wg="1 (FP8)").replace(
         "of 2 waves", "of 4 waves") + "; with FP4 (78 KiB) it holds 2 waves per SIMD",
 }
+_DEEP = ("deep tile, offered only where the whole grid is resident at once: {ahead} tiles in flight and scale "
+         "chunks of {chunk} tiles per workgroup ({lds}). With so few workgroups the bytes in flight per CU, not "
+         "the waves, set the pace; more waves per SIMD would need workgroups the grid does not have")
+
+
+def _deep_reason(cfg: ScaledGemmConfig) -> str:
+    lds = ", ".join(f"{name} {cfg.lds_bytes(f, f) // 1024} KiB" for name, f in (("FP8", FORMATS["e4m3"]),
+                                                                              ("FP4", FORMATS["e2m1"]))
+                    if cfg.fits_formats(f, f))
+    return _DEEP.format(ahead=cfg.stages - 1, chunk=cfg.chunk, lds=lds)
+
+
+ONE_WAVE_PER_SIMD.update({c.key(): _deep_reason(c) for c in CURATED if c.stages >= DEEP_STAGES})
 
 
 def baseline_for(problem: ScaledGemmProblem) -> ScaledGemmConfig:

@@ -8,6 +8,7 @@ from typing import Optional
 
 from ..base import Decline, pick_by_size, split_by_fit
 from ..scaled_gemm.config import CURATED as SCALED_CURATED
+from ..scaled_gemm.config import DEEP_STAGES
 from ..scaled_gemm.config import ScaledGemmConfig
 from ..scaled_gemm.config import config_fits as scaled_fits
 from ..scaled_gemm.problem import ScaledGemmProblem
@@ -36,10 +37,11 @@ class ScaledGroupedConfig(ScaledGemmConfig):
 
 
 # The scaled family's row-major tiles with scale chunks of at most 2 K tiles: with the persistent
-# walk's state live across the loop, a 4-tile chunk's unrolled addresses spill SGPRs.
+# walk's state live across the loop, a 4-tile chunk's unrolled addresses spill SGPRs. Not its deep
+# tiles: they rest on a chunk lead of 4-8 tiles, and a persistent walk fills every CU anyway.
 GROUPED_MAX_CHUNK = 2
 CURATED = tuple(replace(ScaledGroupedConfig(*astuple(c)), chunk=min(c.chunk, GROUPED_MAX_CHUNK))
-                for c in SCALED_CURATED if c.group_m == 0)
+                for c in SCALED_CURATED if c.group_m == 0 and c.stages < DEEP_STAGES)
 BASELINE = CURATED[0]
 # With autotuning off, one config per problem by the mean rows per group (MoE groups are small).
 _BASELINE_BY_ROWS = (
