@@ -226,8 +226,8 @@ CURATED = (
     ScaledGemmConfig(16, 32, 512, 1, 2, 6, 0, 8),
     ScaledGemmConfig(32, 64, 256, 1, 4, 6, 0, 4),
     ScaledGemmConfig(64, 128, 128, 2, 2, 6, 0, 8),
-    # MXFP4 only (their FP8 stages do not fit in LDS): 512 K values of FP4 per tile at 128 rows,
-    # and 256 x 192 rows.
+    # MXFP4 only (their FP8 stages do not fit in LDS): a 32 x 64 tile 512 K values deep and a
+    # 64 x 128 tile 256 K values deep (256 and 128 bytes per FP4 row).
     ScaledGemmConfig(32, 64, 512, 1, 4, 6, 0, 4),
     ScaledGemmConfig(64, 128, 256, 2, 2, 5, 0, 4),
 )
