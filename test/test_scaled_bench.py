@@ -37,14 +37,18 @@ def test_dry_run_lists_the_18_shapes_and_the_configs_tried(bench):
     assert [tuple(map(int, r[1:4])) for r in rows] == list(bench.SUITE)
     from torch_flydsl.bench.scaled_mm import problem_for
     from torch_flydsl.templates.scaled_gemm import configs_for
-    from torch_flydsl.templates.scaled_gemm.config import DEEP_STAGES
+    from torch_flydsl.templates.gemm.limits import DEEP_STAGES
 
     # Per shape and format, the curated configs the family offers: all but the deep tiles (only
     # where the grid fits in one round) and, with MXFP8, the MXFP4-only ones.
     for r in rows:
         shape = tuple(map(int, r[1:4]))
         assert r[5:] == [str(len(configs_for(problem_for(fmt, *shape), "curated")[0])) for fmt in ("mxfp8", "mxfp4")]
-    assert rows[-1][5:] == [str(sum(c.stages < DEEP_STAGES for c in CURATED))] * 2  # 8192^3: no deep tile
+    from torch_flydsl.templates.scaled_gemm.problem import FORMATS
+
+    fp8 = FORMATS["e4m3"]
+    shallow = [c for c in CURATED if c.stages < DEEP_STAGES]  # 8192^3: no deep tile
+    assert rows[-1][5:] == [str(sum(c.fits_formats(fp8, fp8) for c in shallow)), str(len(shallow))]
     big = ", ".join(c.key() for c in CURATED if c.stages < DEEP_STAGES)
     assert f"mxfp8 (1024x4096x4096, 2048x4096x4096, " in out and f": {big}\n" in out
 

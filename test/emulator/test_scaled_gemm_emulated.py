@@ -39,7 +39,7 @@ from torch_flydsl.templates.scaled_gemm import (  # noqa: E402
     reference,
     search_space,
 )
-from torch_flydsl.templates.scaled_gemm.config import DEEP_STAGES  # noqa: E402
+from torch_flydsl.templates.gemm.limits import DEEP_STAGES  # noqa: E402
 from torch_flydsl.templates.scaled_gemm.problem import DTYPE_OF_FORMAT, FORMATS, SCALE_DTYPE  # noqa: E402
 from torch_flydsl.templates.scaled_gemm.reference import fp32_accumulated  # noqa: E402
 
@@ -226,7 +226,7 @@ def test_every_curated_config(i):
 @pytest.mark.parametrize("cfg", CURATED, ids=str)
 def test_every_curated_config_format_output_and_bias(cfg, formats, out, bias):
     if formats not in pairs_for(cfg, out):
-        pytest.skip(f"{cfg.key()} does not fit {formats} (an MXFP4-only deep tile)")
+        pytest.skip(f"{cfg.key()} does not fit {formats} (an MXFP4-only tile)")
     rep = emulate_scaled(cfg, 2 * cfg.block_m - 8, cfg.block_n + 24, 2 * cfg.block_k, formats, out_dtype=out,
                          bias=bias, pad=16, offset=16, scales=SCALES if out == torch.bfloat16 else FP16_SCALES)
     assert rep.ok, rep
@@ -256,4 +256,24 @@ def test_every_curated_config_runs_its_steady_loop(i):
     pairs = pairs_for(cfg, torch.bfloat16)
     rep = emulate_scaled(cfg, cfg.block_m + 8, cfg.block_n - 8, (2 * cfg.chunk + 1) * cfg.block_k,
                          pairs[(i + 1) % len(pairs)], pad=16, offset=16, seed=40 + i)
+    assert rep.ok, rep
+
+
+# The register-prefetch pipeline (``scaled_gemm.prefetch``; exhaustive-space configs with the
+# ``_rp`` suffix): tile counts that leave a remainder after the loop's unroll (lcm(2, chunk)),
+# a last chunk shorter than the others, a single K tile (the prologue's clamped fetches and the
+# last iteration's unused read), four stages, mixed formats, M/N tails, padded strides and
+# storage offsets.
+PREFETCH = [("mx_m64n64k128_w2x2_s3_g0_c2_rp", 7, ("e4m3", "e4m3")),
+            ("mx_m32n64k256_w1x4_s3_g0_c4_rp", 6, ("e2m1", "e4m3")),
+            ("mx_m32n32k128_w1x2_s4_g0_rp", 5, ("e2m1", "e2m1")),
+            ("mx_m32n32k256_w1x2_s3_g0_c2_rp", 1, ("e5m2", "e4m3"))]
+
+
+@pytest.mark.parametrize("key, tiles, formats", PREFETCH, ids=[p[0] for p in PREFETCH])
+def test_register_prefetch_pipeline(key, tiles, formats):
+    cfg = ScaledGemmConfig.from_key(key)
+    assert cfg.prefetch and cfg in search_space("exhaustive")
+    rep = emulate_scaled(cfg, 2 * cfg.block_m - 8, cfg.block_n + 24, tiles * cfg.block_k, formats, pad=16, offset=16,
+                         bias="vector" if tiles % 2 else None, seed=60 + tiles)
     assert rep.ok, rep

@@ -20,8 +20,8 @@ import torch
 
 from ..base import Decline, pick_by_size, split_by_fit
 from ..gemm.geometry import MMA_K, MMA_M, MMA_N, VEC, c_lds_row_stride
-from ..gemm.limits import (LDS_LIMIT_BYTES, LDS_PER_CU_BYTES, MAX_ACC_REGS_PER_LANE, MAX_THREADS, MAX_VMCNT, NUM_CUS,
-                           THREADS_PER_CU, WAVE_SIZE)
+from ..gemm.limits import (DEEP_STAGES, LDS_LIMIT_BYTES, MAX_ACC_REGS_PER_LANE, MAX_THREADS, MAX_VMCNT, NUM_CUS,
+                           WAVE_SIZE, one_round_problem, resident_workgroups)
 from .problem import GemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
@@ -33,9 +33,6 @@ MAX_SPLIT_K = 16
 # launches). Split-K is offered only while the output tiles leave CUs idle (< NUM_CUS tiles).
 SPLIT_K_COUNTERS = NUM_CUS
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
-# A config with this many stages or more is a deep one: it spends LDS on tiles in flight and
-# gives up workgroups per CU for it (curated ones hold < 2 waves per SIMD; DEEP_REASON).
-DEEP_STAGES = 5
 
 
 @dataclass(frozen=True)
@@ -75,9 +72,8 @@ class DenseGemmConfig:
 
     @property
     def resident_per_cu(self) -> int:
-        """Workgroups of this config one CU holds at once, by LDS and threads (registers may
-        hold fewer; the ISA's resources say)."""
-        return max(1, min(LDS_PER_CU_BYTES // self.lds_bytes, THREADS_PER_CU // self.threads))
+        """Workgroups of this config one CU holds at once (``gemm.limits.resident_workgroups``)."""
+        return resident_workgroups(self.lds_bytes, self.threads)
 
     @property
     def dma_per_tile(self) -> int:
@@ -276,12 +272,8 @@ def config_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]
 
 def _deep_fits(cfg: DenseGemmConfig, problem: GemmProblem) -> Optional[Decline]:
     workgroups = -(-problem.m // cfg.block_m) * -(-problem.n // cfg.block_n) * cfg.split_k
-    slots = NUM_CUS * cfg.resident_per_cu
-    if workgroups > slots:
-        return Decline("fit", f"{cfg.key()}: {workgroups} workgroups exceed the {slots} a round of "
-                              f"{NUM_CUS} CUs holds ({cfg.resident_per_cu} each); a deep tile trades "
-                              "workgroups per CU for tiles in flight and pays only when the grid fits in one round")
-    return None
+    why = one_round_problem(cfg.key(), workgroups, cfg.resident_per_cu)
+    return Decline("fit", why) if why else None
 
 
 def one_wave_per_simd_reason(cfg: DenseGemmConfig) -> Optional[str]:

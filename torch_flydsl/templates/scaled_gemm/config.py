@@ -13,6 +13,7 @@ checks take the formats.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ import torch
 
 from ..base import Decline, pick_by_size, split_by_fit
 from ..gemm.geometry import c_lds_row_stride
-from ..gemm.limits import (DMA_BYTES, LDS_LIMIT_BYTES, LDS_PER_CU_BYTES, MAX_ACC_REGS_PER_LANE, MAX_THREADS, MAX_VMCNT,
-                           NUM_CUS, THREADS_PER_CU, WAVE_SIZE)
+from ..gemm.limits import (DEEP_STAGES, DMA_BYTES, LDS_LIMIT_BYTES, MAX_ACC_REGS_PER_LANE, MAX_THREADS, MAX_VMCNT,
+                           WAVE_SIZE, one_round_problem, resident_workgroups)
 from .problem import FORMATS, OUT_DTYPES, SCALE_BLOCK, MxFormat, ScaledGemmProblem
 
 # Bump whenever the kernel's source semantics change (it is part of every cache key).
@@ -34,9 +35,6 @@ MAX_STEPS = 4  # MFMA K steps per tile: opsel picks one of the 4 bytes of a lane
 SCALE_SLOTS = 2  # scale chunk slots in LDS: the chunk being consumed and the next one
 SCALE_DMA_BYTES = 4  # one async 32-bit DMA per (row, 128 K values) of a scale tile
 KEY_PREFIX = "mx_"
-# A config with this many stages or more is a deep one: it spends LDS on tiles in flight and
-# gives up workgroups per CU for it; offered only where the whole grid is resident at once.
-DEEP_STAGES = 5
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -89,6 +87,9 @@ class ScaledGemmConfig:
     stages: int = 2  # LDS buffers; stages-1 K tiles are in flight ahead of compute
     group_m: int = 0  # group-M block swizzle for L2 reuse; 0 = row-major block order
     chunk: int = 1  # K tiles per scale slot (two slots: one consumed while the next is refilled)
+    # 1: the register-prefetch pipeline (``scaled_gemm.prefetch``): tile kt+1's LDS reads (data
+    # and scale words) go into a second register set under tile kt's MFMAs. Key suffix ``_rp``.
+    prefetch: int = 0
 
     @property
     def waves(self) -> int:
@@ -110,10 +111,11 @@ class ScaledGemmConfig:
     def key(self) -> str:
         # The dense family's spelling of the seven tile fields, then the scale chunk (when > 1).
         chunk = f"_c{self.chunk}" if self.chunk != 1 else ""
+        prefetch = "_rp" if self.prefetch else ""
         return (f"{KEY_PREFIX}m{self.block_m}n{self.block_n}k{self.block_k}_w{self.m_waves}x{self.n_waves}"
-                f"_s{self.stages}_g{self.group_m}{chunk}")
+                f"_s{self.stages}_g{self.group_m}{chunk}{prefetch}")
 
-    _KEY_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)_w(\d+)x(\d+)_s(\d+)_g(\d+)(?:_c(\d+))?$")
+    _KEY_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)_w(\d+)x(\d+)_s(\d+)_g(\d+)(?:_c(\d+))?(_rp)?$")
 
     @classmethod
     def from_key(cls, key: str) -> "ScaledGemmConfig":
@@ -121,7 +123,9 @@ class ScaledGemmConfig:
         if match is None:
             why = " (no split-K)" if "_sk" in key else ""
             raise ValueError(f"not a scaled GEMM config key{why}: {key!r}")
-        return cls(*(int(g) for g in match.groups() if g is not None))
+        *tile, c, rp = match.groups()
+        bm, bn, bk, mw, nw, st, gm = (int(g) for g in tile)
+        return cls(bm, bn, bk, mw, nw, st, gm, int(c) if c is not None else 1, int(rp is not None))
 
     def __str__(self) -> str:
         return self.key()
@@ -147,9 +151,9 @@ class ScaledGemmConfig:
         return max(self.stages * stage + slots, c)
 
     def resident_per_cu(self, a: MxFormat, b: MxFormat, out_dtype: torch.dtype = torch.bfloat16) -> int:
-        """Workgroups of this config one CU holds at once for formats ``a`` x ``b``, by LDS and
-        threads (registers may hold fewer; the ISA's resources say)."""
-        return max(1, min(LDS_PER_CU_BYTES // self.lds_bytes(a, b, out_dtype), THREADS_PER_CU // self.threads))
+        """Workgroups of this config one CU holds at once for formats ``a`` x ``b``
+        (``gemm.limits.resident_workgroups``)."""
+        return resident_workgroups(self.lds_bytes(a, b, out_dtype), self.threads)
 
     def static_problems(self) -> list[str]:
         """Why this config cannot compile for any formats (empty when it can)."""
@@ -171,6 +175,10 @@ class ScaledGemmConfig:
             p.append("group_m must be >= 0")
         if self.chunk < 1:
             p.append("chunk (K tiles per scale slot) must be >= 1")
+        if self.prefetch not in (0, 1):
+            p.append("prefetch must be 0 or 1")
+        elif self.prefetch and self.stages < 3:
+            p.append("the register-prefetch loop needs stages >= 3 (with 2 it would wait vmcnt(0) every K tile)")
         if not p and self.acc_regs_per_lane > MAX_ACC_REGS_PER_LANE:
             p.append(f"{self.acc_regs_per_lane} fp32 accumulators per lane exceed {MAX_ACC_REGS_PER_LANE}")
         return p
@@ -187,7 +195,8 @@ class ScaledGemmConfig:
         lds = self.lds_bytes(a, b, out_dtype)
         if lds > LDS_LIMIT_BYTES:
             p.append(f"LDS {lds} B exceeds {LDS_LIMIT_BYTES} B")
-        in_flight = (self.stages - 2) * tb.data_per_tile + tb.scales_per_chunk
+        # The prefetch loop keeps one more data tile and scale chunk in flight (its prologue).
+        in_flight = (self.stages - 2 + self.prefetch) * tb.data_per_tile + (1 + self.prefetch) * tb.scales_per_chunk
         if not p and in_flight > MAX_VMCNT:
             p.append(f"up to {in_flight} DMA loads in flight per thread exceed the vmcnt limit {MAX_VMCNT}")
         return p
@@ -230,6 +239,12 @@ CURATED = (
     # 64 x 128 tile 256 K values deep (256 and 128 bytes per FP4 row).
     ScaledGemmConfig(32, 64, 512, 1, 4, 6, 0, 4),
     ScaledGemmConfig(64, 128, 256, 2, 2, 5, 0, 4),
+    # Four stages (three K tiles in flight, where the tiles above keep two). 256 x 256 is
+    # MXFP4-only (FP8's four 64 KiB stages exceed LDS): the fewest LDS bytes per MFMA of the
+    # curated tiles at 2 waves per SIMD, for M >= 4096. 128 x 128 for M ~ 2048 (512 tiles at
+    # N = 4096): two workgroups per CU with FP4, one with FP8.
+    ScaledGemmConfig(256, 256, 128, 4, 2, 4, 8, 4),
+    ScaledGemmConfig(128, 128, 128, 2, 2, 4, 8, 4),
 )
 
 _EXHAUSTIVE_AXES = dict(
@@ -241,7 +256,21 @@ _EXHAUSTIVE_AXES = dict(
     stages=(2, 3, 4, 5, 6),
     group_m=(0, 8),
     chunk=(1, 2, 4, 8),
+    prefetch=(0, 1),
 )
+
+
+@functools.lru_cache(maxsize=None)
+def _exhaustive() -> tuple[ScaledGemmConfig, ...]:
+    """Every config that compiles for at least one pair of formats (built once: ~20k configs)."""
+    names = list(_EXHAUSTIVE_AXES)
+    pairs = list(itertools.product(FORMATS.values(), repeat=2))
+    out = []
+    for values in itertools.product(*_EXHAUSTIVE_AXES.values()):
+        cfg = ScaledGemmConfig(**dict(zip(names, values)))
+        if cfg.is_valid() and any(not cfg.format_problems(a, b) for a, b in pairs):
+            out.append(cfg)
+    return tuple(out)
 
 
 def search_space(breadth: str = "curated") -> list[ScaledGemmConfig]:
@@ -252,14 +281,7 @@ def search_space(breadth: str = "curated") -> list[ScaledGemmConfig]:
     if breadth == "curated":
         return list(CURATED)
     if breadth == "exhaustive":
-        names = list(_EXHAUSTIVE_AXES)
-        out = []
-        pairs = list(itertools.product(FORMATS.values(), repeat=2))
-        for values in itertools.product(*_EXHAUSTIVE_AXES.values()):
-            cfg = ScaledGemmConfig(**dict(zip(names, values)))
-            if cfg.is_valid() and any(not cfg.format_problems(a, b) for a, b in pairs):
-                out.append(cfg)
-        return out
+        return list(_exhaustive())
     raise ValueError(f"unknown search-space breadth {breadth!r} (baseline, curated, exhaustive)")
 
 
@@ -285,11 +307,10 @@ def config_fits(cfg: ScaledGemmConfig, problem: ScaledGemmProblem) -> Optional[D
         return Decline("shape", f"empty problem M={problem.m} N={problem.n} K={problem.k}")
     if cfg.stages >= DEEP_STAGES:
         workgroups = -(-problem.m // cfg.block_m) * -(-problem.n // cfg.block_n)
-        slots = NUM_CUS * cfg.resident_per_cu(problem.a_fmt, problem.b_fmt, problem.out_dtype)
-        if workgroups > slots:
-            return Decline("fit", f"{cfg.key()}: {workgroups} workgroups exceed the {slots} a round of {NUM_CUS} "
-                                  "CUs holds; a deep tile trades workgroups per CU for tiles in flight and pays "
-                                  "only when the grid fits in one round")
+        why = one_round_problem(cfg.key(), workgroups,
+                                cfg.resident_per_cu(problem.a_fmt, problem.b_fmt, problem.out_dtype))
+        if why:
+            return Decline("fit", why)
     if problem.k % SCALE_BLOCK or problem.k % cfg.block_k:
         return Decline(
             "shape",
@@ -328,6 +349,9 @@ ONE_WAVE_PER_SIMD = {
     "mx_m256n128k128_w2x2_s3_g8_c4": "by design: 4 waves of 128x64 outputs each read 12 operand rows per 32 "
                                      "MFMAs, the fewest LDS bytes per MFMA of the curated tiles (its 8-wave twin "
                                      "mx_m256n128k128_w4x2_s3_g8_c4 holds 2 waves per SIMD)",
+    "mx_m128n128k128_w2x2_s4_g8_c4": "FP8: 4 stages of 32 KiB + scale slots (136 KiB) leave LDS for one workgroup "
+                                     "of 4 waves per CU; with FP4 (72 KiB), the case it is curated for, two fit (2 "
+                                     "waves per SIMD). FP8's 2-workgroup alternatives are the 128x64 / 64x128 tiles",
     "mx_m32n64k512_w1x4_s3_g0_c2": "FP8: " + _DEEP_DECODE.format(ahead=2, lds="FP8 150 KiB", wg="1 (FP8)").replace(
         "of 2 waves", "of 4 waves") + "; with FP4 (78 KiB) it holds 2 waves per SIMD",
 }

@@ -86,6 +86,7 @@ from ..gemm.tile_loads import Operand, TileLoads
 from ..gemm.tile_spec import TileShape, TileSpec
 from .config import MMA_M, MMA_N, SCALE_DMA_BYTES, SCALE_SLOTS, WAVE_SIZE, ScaledGemmConfig, TileBytes
 from .pipeline import Schedule, interleave, mx_main_loop
+from .prefetch import PrefetchSchedule, PrefetchScaledMma, mx_prefetch_loop
 from .problem import MxFormat
 
 
@@ -110,9 +111,15 @@ class KernelSpec:
 
     @property
     def schedule(self) -> Schedule:
-        """The pipeline's issue pattern (its vmcnt waits)."""
+        """The plain pipeline's issue pattern (its vmcnt waits)."""
         tb = self.tb
         return Schedule(self.cfg.stages, self.cfg.chunk, tb.data_per_tile, tb.scales_per_chunk)
+
+    @property
+    def prefetch_schedule(self) -> PrefetchSchedule:
+        """The register-prefetch pipeline's issue pattern (``prefetch``)."""
+        tb = self.tb
+        return PrefetchSchedule(self.cfg.stages, self.cfg.chunk, tb.data_per_tile, tb.scales_per_chunk)
 
     def out_elem(self):
         return fx.Float16 if self.out_dtype == torch.float16 else fx.BFloat16
@@ -387,7 +394,11 @@ def build(spec: KernelSpec):
                             span_of(sb))
         loads = StageLoads(spec, tid, op_a, op_b, sc_a, sc_b, k_tiles)
         mma = ScaledMma(spec, tid, op_a, op_b, sc_a, sc_b, out_buf)
-        mx_main_loop(spec.schedule, loads, mma, k_tiles)
+        if const_expr(cfg.prefetch):
+            pmma = PrefetchScaledMma(mma)
+            mx_prefetch_loop(spec.prefetch_schedule, loads, pmma, k_tiles)
+        else:
+            mx_main_loop(spec.schedule, loads, mma, k_tiles)
         epilogue = spec.tile_view(tb.a_row)  # same output tile, waves and bias
         stage_c_tile(epilogue, mma, smem_c, spec.out_elem(), n0, n, 1.0, 1.0, bias_buf)
         store_c_tile(epilogue, smem_c, spec.out_elem(), out_buf, tid, m0, n0, m, n, ldc)

@@ -38,14 +38,19 @@ GROUP_DS_READ = 0x100
 
 
 @dataclass(frozen=True)
-class Schedule:
-    """The issue pattern of one config: ``stages``, ``chunk``, and per thread ``data`` DMAs per
-    K tile and ``scales`` DMAs per chunk."""
+class IssuePattern:
+    """What a pipeline's waits are computed from: ``stages``, ``chunk``, and per thread ``data``
+    DMAs per K tile and ``scales`` DMAs per chunk."""
 
     stages: int
     chunk: int
     data: int
     scales: int
+
+
+@dataclass(frozen=True)
+class Schedule(IssuePattern):
+    """The plain pipeline's issue pattern and its waits."""
 
     def drain_issues(self, p: int) -> bool:
         """Whether drain position ``p`` issues a data tile (the steady pattern, inside the chunk)."""

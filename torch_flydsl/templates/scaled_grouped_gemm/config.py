@@ -8,7 +8,7 @@ from typing import Optional
 
 from ..base import Decline, pick_by_size, split_by_fit
 from ..scaled_gemm.config import CURATED as SCALED_CURATED
-from ..scaled_gemm.config import DEEP_STAGES
+from ..gemm.limits import DEEP_STAGES
 from ..scaled_gemm.config import ScaledGemmConfig
 from ..scaled_gemm.config import config_fits as scaled_fits
 from ..scaled_gemm.problem import ScaledGemmProblem
@@ -33,6 +33,8 @@ class ScaledGroupedConfig(ScaledGemmConfig):
         p = super().static_problems()
         if self.group_m:
             p.append("group_m must be 0 (tiles are assigned from the group offsets at run time)")
+        if self.prefetch:
+            p.append("prefetch must be 0 (the grouped kernel runs the plain pipeline)")
         return p
 
 
