@@ -221,7 +221,7 @@ CURATED = (
     ScaledGemmConfig(32, 16, 512, 2, 1, 3, 0, 2),
     ScaledGemmConfig(32, 16, 256, 2, 1, 3, 0, 2),
     ScaledGemmConfig(32, 64, 256, 1, 4, 3, 0, 2),
-    ScaledGemmConfig(32, 64, 512, 1, 4, 3, 0, 2),
+    ScaledGemmConfig(32, 64, 256, 1, 2, 4, 0, 4),
     ScaledGemmConfig(64, 64, 128, 2, 2, 3, 0, 4),
     ScaledGemmConfig(64, 128, 128, 2, 2, 3, 0, 4),
     ScaledGemmConfig(128, 64, 128, 2, 2, 3, 0, 4),
@@ -352,9 +352,14 @@ ONE_WAVE_PER_SIMD = {
     "mx_m128n128k128_w2x2_s4_g8_c4": "FP8: 4 stages of 32 KiB + scale slots (136 KiB) leave LDS for one workgroup "
                                      "of 4 waves per CU; with FP4 (72 KiB), the case it is curated for, two fit (2 "
                                      "waves per SIMD). FP8's 2-workgroup alternatives are the 128x64 / 64x128 tiles",
-    "mx_m32n64k512_w1x4_s3_g0_c2": "FP8: " + _DEEP_DECODE.format(ahead=2, lds="FP8 150 KiB", wg="1 (FP8)").replace(
-        "of 2 waves", "of 4 waves") + "; with FP4 (78 KiB) it holds 2 waves per SIMD",
+    "mx_m32n64k256_w1x2_s4_g0_c4": "decode tile of 2 waves (32 x 32 outputs each: the fewest LDS bytes per MFMA of "
+                                   "the decode tiles) with 3 K tiles in flight; its LDS (FP8 102 KiB, FP4 54 KiB) "
+                                   "leaves room for 1 (FP8) / 2 (FP4) workgroups per CU. A decode GEMM is bound "
+                                   "by the bytes in flight, not by waves; mx_m32n16k256_w2x1_s3_g0_c2 is the "
+                                   "2-waves-per-SIMD decode alternative",
 }
+ONE_WAVE_PER_SIMD["mx_m32n64k256_w1x2_s4_g0_c2"] = ("the grouped family's mx_m32n64k256_w1x2_s4_g0_c4 (chunk 2): "
+                                                   + ONE_WAVE_PER_SIMD["mx_m32n64k256_w1x2_s4_g0_c4"])
 _DEEP = ("deep tile, offered only where the whole grid is resident at once: {ahead} tiles in flight and scale "
          "chunks of {chunk} tiles per workgroup ({lds}). With so few workgroups the bytes in flight per CU, not "
          "the waves, set the pace; more waves per SIMD would need workgroups the grid does not have")
