@@ -109,7 +109,8 @@ class ScaledGemmConfig:
         return (self.block_m // self.m_waves) * (self.block_n // self.n_waves) // WAVE_SIZE
 
     def key(self) -> str:
-        # The dense family's spelling of the seven tile fields, then the scale chunk (when > 1).
+        # The dense family's spelling of the seven tile fields, then the scale chunk (when > 1)
+        # and ``_rp`` for the register-prefetch pipeline.
         chunk = f"_c{self.chunk}" if self.chunk != 1 else ""
         prefetch = "_rp" if self.prefetch else ""
         return (f"{KEY_PREFIX}m{self.block_m}n{self.block_n}k{self.block_k}_w{self.m_waves}x{self.n_waves}"
@@ -211,10 +212,12 @@ class ScaledGemmConfig:
 BASELINE = ScaledGemmConfig(128, 128, 128, 2, 2, 3, 0, 2)
 
 # Hand-picked (docs/mx_schedules.md). Every one runs the no-drain pipeline (stages >= 3) with
-# scale chunks of 2-4 K tiles. Decode (M <= 128): tiles narrow enough to put >= 256 workgroups on
-# N = 4096 at M <= 32, either small enough in LDS for >= 2 waves per SIMD or 512 K values deep
-# (fewer round trips; their reasons in ONE_WAVE_PER_SIMD). M >= 2048: 256 x 128
-# tiles of 8 waves (2 waves per SIMD) or 4 waves of 128 x 64 each (fewer LDS bytes per MFMA).
+# scale chunks of 2-8 K tiles. Decode (M <= 128): tiles narrow enough to put >= 256 workgroups on
+# N = 4096 at M <= 32, either small enough in LDS for >= 2 waves per SIMD, or 512 K values deep
+# (fewer round trips), or 2 waves of 32 x 32 with 3 tiles in flight (fewest LDS bytes per MFMA);
+# the reasons of those below 2 waves per SIMD are in ONE_WAVE_PER_SIMD. M >= 2048: 256 x 128
+# tiles of 8 waves (2 waves per SIMD) or 4 waves of 128 x 64 each (fewer LDS bytes per MFMA),
+# and the 4-stage tiles at the end.
 CURATED = (
     BASELINE,
     ScaledGemmConfig(16, 32, 512, 1, 2, 4, 0, 4),
@@ -262,7 +265,7 @@ _EXHAUSTIVE_AXES = dict(
 
 @functools.lru_cache(maxsize=None)
 def _exhaustive() -> tuple[ScaledGemmConfig, ...]:
-    """Every config that compiles for at least one pair of formats (built once: ~20k configs)."""
+    """Every config that compiles for at least one pair of formats (built once per process: about 16k configs)."""
     names = list(_EXHAUSTIVE_AXES)
     pairs = list(itertools.product(FORMATS.values(), repeat=2))
     out = []
