@@ -42,7 +42,8 @@ Why each step is enough:
   chunk chunk ``n_chunks - 1`` again (in range, landed like any other, never multiplied), and
   the last iteration reads a landed buffer it never uses. Every iteration therefore issues the
   same DMAs and the waits depend only on ``kt % C``: no drain, no branch in the steady loop.
-  The cost: S extra data tile and two extra chunk fetches per output tile (L2 hits).
+  The cost: S extra data tile fetches and one or two extra chunk fetches per output tile (L2
+  hits).
 
 The prologue fetches chunk 0, tile 0, chunk 1 and tiles 1..S-1, then reads tile 0; the loop
 returns with every DMA and LDS read retired (the epilogue's C tile aliases the buffers).
