@@ -297,18 +297,36 @@ class ScaledMma:
         word = fx.ptr_load(ptr + ((row * q + p * steps) * 4 // steps + self.g))
         return word if steps == 4 else word.to(fx.Int32)
 
-    def compute(self, stage, slot, p: int, issue=None, dmas: int = 0):
-        """acc += the K tile in LDS stage ``stage`` (tile ``p`` of the scale chunk in ``slot``);
-        ``issue()`` (``dmas`` DMAs per thread, or None) goes after the LDS reads, its DMAs
-        spread between the MFMAs."""
-        spec, cfg, tb = self.spec, self.spec.cfg, self.spec.tb
+    def tile_views(self, stage):
+        """``(a_stage, b_stage, a_rows, b_rows)``: LDS stage ``stage``'s A and B tiles and the
+        tile rows of this lane's MFMA row (column) blocks."""
+        cfg, tb = self.spec.cfg, self.spec.tb
         a_stage = self.a.smem + stage * (cfg.block_m * tb.a_row // UNIT_BYTES)
         b_stage = self.b.smem + stage * (cfg.block_n * tb.b_row // UNIT_BYTES)
         a_rows = [self.a_row0 + i * MMA_M * cfg.m_waves for i in range(self.rep_m)]
         b_rows = [self.b_row0 + j * MMA_N * cfg.n_waves for j in range(self.rep_n)]
+        return a_stage, b_stage, a_rows, b_rows
+
+    def accumulate(self, i: int, j: int, kk: int, av, bv, sa, sb):
+        """acc block (i, j) += one scaled MFMA of step ``kk`` on operands ``av``/``bv`` with
+        scale words ``sa``/``sb``."""
+        spec = self.spec
+        # Accumulator fragment ((4, 1), rep_m, rep_n), colexicographic.
+        base = 4 * (i + self.rep_m * j)
+        c = fx.Vector.from_elements([self.acc[base + e] for e in range(4)], fx.Float32)
+        d = fx.Vector(rocdl.mfma_scale_f32_16x16x128_f8f6f4(
+            fx.Vector.make_type(4, fx.Float32), [av, bv, c, spec.a_fmt.mfma_code, spec.b_fmt.mfma_code, kk, sa, kk, sb]))
+        for e in range_constexpr(4):
+            self.acc[base + e] = d[e]
+
+    def compute(self, stage, slot, p: int, issue=None, dmas: int = 0):
+        """acc += the K tile in LDS stage ``stage`` (tile ``p`` of the scale chunk in ``slot``);
+        ``issue()`` (``dmas`` DMAs per thread, or None) goes after the LDS reads, its DMAs
+        spread between the MFMAs."""
+        spec, cfg = self.spec, self.spec.cfg
+        a_stage, b_stage, a_rows, b_rows = self.tile_views(stage)
         sa = [self._read_scales(self.sa, slot, r, p) for r in a_rows]
         sb = [self._read_scales(self.sb, slot, r, p) for r in b_rows]
-        acc_ty = fx.Vector.make_type(4, fx.Float32)
         av_k = [[self._read_operand(a_stage, self.a.layout, r, spec.a_fmt, kk) for r in a_rows]
                 for kk in range(cfg.steps)]
         bv_k = [[self._read_operand(b_stage, self.b.layout, r, spec.b_fmt, kk) for r in b_rows]
@@ -319,15 +337,7 @@ class ScaledMma:
             av, bv = av_k[kk], bv_k[kk]
             for j in range_constexpr(self.rep_n):
                 for i in range_constexpr(self.rep_m):
-                    # Accumulator fragment ((4, 1), rep_m, rep_n), colexicographic.
-                    base = 4 * (i + self.rep_m * j)
-                    c = fx.Vector.from_elements([self.acc[base + e] for e in range(4)], fx.Float32)
-                    d = rocdl.mfma_scale_f32_16x16x128_f8f6f4(
-                        acc_ty, [av[i], bv[j], c, spec.a_fmt.mfma_code, spec.b_fmt.mfma_code, kk, sa[i], kk, sb[j]]
-                    )
-                    d = fx.Vector(d)
-                    for e in range_constexpr(4):
-                        self.acc[base + e] = d[e]
+                    self.accumulate(i, j, kk, av[i], bv[j], sa[i], sb[j])
         if issue is not None:
             interleave(dmas, self.rep_m * self.rep_n * cfg.steps)
 

@@ -56,10 +56,9 @@ import flydsl.expr as fx
 from flydsl.expr import const_expr, gpu, range_constexpr, rocdl
 
 from ..dsl import dsl_control_flow
-from ..gemm.geometry import UNIT_BYTES
 from ..gemm.limits import MAX_VMCNT
 from ..gemm.prefetch_loop import interleave_reads_and_dmas
-from .config import MMA_M, MMA_N, SCALE_SLOTS
+from .config import SCALE_SLOTS
 from .pipeline import IssuePattern
 
 # Replayed tiles per schedule: past the prologue's warm-up every position repeats its wait.
@@ -150,12 +149,9 @@ class PrefetchScaledMma:
             reg[base + e] = value[e]
 
     def read(self, stage, slot, p: int, reg: int):
-        m, cfg, spec, tb = self.mma, self.cfg, self.spec, self.spec.tb
+        m, cfg, spec = self.mma, self.cfg, self.spec
         r = self.regs[reg]
-        a_stage = m.a.smem + stage * (cfg.block_m * tb.a_row // UNIT_BYTES)
-        b_stage = m.b.smem + stage * (cfg.block_n * tb.b_row // UNIT_BYTES)
-        a_rows = [m.a_row0 + i * MMA_M * cfg.m_waves for i in range(m.rep_m)]
-        b_rows = [m.b_row0 + j * MMA_N * cfg.n_waves for j in range(m.rep_n)]
+        a_stage, b_stage, a_rows, b_rows = m.tile_views(stage)
         for i in range_constexpr(m.rep_m):
             r[self.sa_base + i] = m._read_scales(m.sa, slot, a_rows[i], p)
         for j in range_constexpr(m.rep_n):
@@ -169,9 +165,8 @@ class PrefetchScaledMma:
                 self._store(r, self.b_base + (kk * m.rep_n + j) * self.b_words, v, self.b_words)
 
     def multiply(self, reg: int, dmas: int):
-        m, cfg, spec = self.mma, self.cfg, self.spec
+        m, cfg = self.mma, self.cfg
         r = self.regs[reg]
-        acc_ty = fx.Vector.make_type(4, fx.Float32)
 
         def vec(base: int, width: int):
             return fx.Vector.from_elements([r[base + e] for e in range(width)], fx.Int32)
@@ -181,13 +176,7 @@ class PrefetchScaledMma:
                 bv = vec(self.b_base + (kk * m.rep_n + j) * self.b_words, self.b_words)
                 for i in range_constexpr(m.rep_m):
                     av = vec(self.a_base + (kk * m.rep_m + i) * self.a_words, self.a_words)
-                    base = 4 * (i + m.rep_m * j)  # accumulator fragment ((4, 1), rep_m, rep_n)
-                    c = fx.Vector.from_elements([m.acc[base + e] for e in range(4)], fx.Float32)
-                    d = fx.Vector(rocdl.mfma_scale_f32_16x16x128_f8f6f4(
-                        acc_ty, [av, bv, c, spec.a_fmt.mfma_code, spec.b_fmt.mfma_code, kk, r[self.sa_base + i], kk,
-                                 r[self.sb_base + j]]))
-                    for e in range_constexpr(4):
-                        m.acc[base + e] = d[e]
+                    m.accumulate(i, j, kk, av, bv, r[self.sa_base + i], r[self.sb_base + j])
         interleave_reads_and_dmas(self.reads_per_tile, dmas, self.mfma_per_tile)
 
 
