@@ -39,7 +39,7 @@ import os
 import sys
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -75,6 +75,7 @@ class Candidate:
     lds_reads: int
     wave_groups: bool
     r_max: int
+    lagging_ops: Optional[list] = None  # the second wave group's own loop (isa.wave_group_loops)
     cfg: Any = None
     persistent: Optional[Callable[[tuple], int]] = None  # grouped: the persistent grid per shape
     error: str = ""
@@ -88,9 +89,14 @@ class Candidate:
         k = (model, r, c)
         if k not in self._period:
             if model == "sim":
-                self._period[k] = M.simulate(self.ops, self.waves, r, c, self.tiles_per_iter, self.wave_groups)
+                self._period[k] = M.simulate(self.ops, self.waves, r, c, self.tiles_per_iter, self.wave_groups,
+                                             self.lagging_ops)
             else:
-                self._period[k] = M.static_period(M.tile_costs(self.ops, self.tiles_per_iter, c), self.waves, r, c)
+                costs = M.tile_costs(self.ops, self.tiles_per_iter, c)
+                if self.lagging_ops is not None:  # each wave group issues its own loop: the mean wave
+                    other = M.tile_costs(self.lagging_ops, self.tiles_per_iter, c)
+                    costs = M.TileCosts(*((x + y) / 2 for x, y in zip(astuple(costs), astuple(other))))
+                self._period[k] = M.static_period(costs, self.waves, r, c)
         return self._period[k]
 
 
@@ -173,14 +179,17 @@ def make_candidate(side: str, key: str, geometry: tuple, entry: dict, mma_k: int
     kernels = [KernelResources(**k) for k in entry["kernels"]]
     kr = max(kernels, key=lambda k: (k.lds_bytes, k.vgpr))
     lines = entry["isa"].splitlines()
-    loop = isa.main_loop(lines)
+    groups = isa.wave_group_loops(lines)
+    loop = groups[0] if groups else isa.main_loop(lines)
     per_tile = isa.mfma_per_k_tile(bm, bn, bk, waves, (16, 16, mma_k))
     metrics = isa.metrics_of(loop, per_tile) if loop else None
     ins = loop.instructions if loop else ()
+    lagging = M.program(groups[1].instructions) if groups else None
     return Candidate(side, key, bm, bn, bk, waves, split, len(kernels), kr, M.program(ins) if loop else [], metrics,
                      Counter(isa.mfma_kind(i) for i in ins if isa.is_mfma(i)),
                      sum(1 for i in ins if i.op.startswith(("ds_read", "ds_load"))),
-                     isa.skippable_barriers_before_loop(lines) > 0, workgroups_per_cu(kr, waves * 64), **kw)
+                     groups is not None or isa.skippable_barriers_before_loop(lines) > 0,
+                     workgroups_per_cu(kr, waves * 64), lagging_ops=lagging, **kw)
 
 
 class Builder:

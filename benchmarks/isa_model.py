@@ -35,7 +35,9 @@ times from empty queues. A wave issues in order; its clock ``t`` advances by:
   ``barrier_cycles`` after the last arrives. Two wave groups: when the ISA shows a barrier before
   the loop that some waves skip (``isa.skippable_barriers_before_loop``: the in-tree HTI kernel's
   ``wid // n_waves == 1`` group), the second half of the waves enters the loop one barrier ahead
-  (their n-th loop barrier meets the first half's (n+1)-th).
+  (their n-th loop barrier meets the first half's (n+1)-th). When each group has its own loop
+  (``isa.wave_group_loops``: the plugin's MX ping-pong kernel), the first half runs the leading
+  loop and the second half the lagging one, offset the same way.
 * anything else: ``vector_issue`` (vector) or ``scalar_issue`` (scalar) cycles.
 
 The steady period ``P`` is the mean time per loop iteration over the last iterations that every
@@ -216,11 +218,15 @@ class _Queue:
 
 
 def simulate(ops: Sequence[Op], waves: int, resident: int, c: Constants, tiles_per_iter: float = 1.0,
-             wave_groups: bool = False) -> float:
-    """Steady cycles per K tile of one workgroup with ``resident`` workgroups on the model CU."""
+             wave_groups: bool = False, lagging_ops: Optional[Sequence[Op]] = None) -> float:
+    """Steady cycles per K tile of one workgroup with ``resident`` workgroups on the model CU;
+    ``lagging_ops``: the second wave group's own loop (``isa.wave_group_loops``; implies
+    ``wave_groups``), the same number of K tiles per iteration."""
     iters = c.sim_iterations
-    n = len(ops)
     total = waves * resident
+    if lagging_ops is not None:
+        wave_groups = True
+    prog = [lagging_ops if lagging_ops is not None and g % waves >= waves // 2 else ops for g in range(total)]
     pc = [0] * total
     it = [0] * total
     bars = [0] * total
@@ -248,7 +254,7 @@ def simulate(ops: Sequence[Op], waves: int, resident: int, c: Constants, tiles_p
 
     while heap:
         now, g = heapq.heappop(heap)
-        op = ops[pc[g]]
+        op = prog[g][pc[g]]
         kind = op[0]
         if kind == "m":
             s = g % c.simds
@@ -294,7 +300,7 @@ def simulate(ops: Sequence[Op], waves: int, resident: int, c: Constants, tiles_p
         else:
             now += c.vector_issue if kind == "v" else c.scalar_issue
         pc[g] += 1
-        if pc[g] == n:
+        if pc[g] == len(prog[g]):
             pc[g] = 0
             it[g] += 1
             ends[g].append(now)

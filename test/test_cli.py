@@ -186,7 +186,8 @@ def test_explain_offers_decode_configs_that_fill_the_gpu_and_k_tails():
     assert j["served_by"] == "plugin" and j["offered"]
 
 
-FP4_ONLY = {"mx_m32n64k512_w1x4_s6_g0_c4", "mx_m64n128k256_w2x2_s5_g0_c4", "mx_m256n256k128_w4x2_s4_g8_c4"}
+FP4_ONLY = {"mx_m32n64k512_w1x4_s6_g0_c4", "mx_m64n128k256_w2x2_s5_g0_c4", "mx_m256n256k128_w4x2_s4_g8_c4",
+            "mx_m256n256k256_w2x4_s2_g8_pp"}
 
 
 def test_explain_scaled_mm_offers_mxfp8_configs_and_serializes_its_problem():
@@ -200,7 +201,7 @@ def test_explain_scaled_mm_offers_mxfp8_configs_and_serializes_its_problem():
     assert j["op"] == "scaled_mm" and j["served_by"] == "plugin" and j["breadth"] == "curated"
     assert j["problem"] == {"m": 32, "n": 4096, "k": 4096, "a_format": "e4m3", "b_format": "e4m3",
                             "out_dtype": "bfloat16", "bias": False}
-    # All curated configs but the three MXFP4-only tiles (declined: their FP8 stages exceed LDS).
+    # All curated configs but the four MXFP4-only tiles (declined: their FP8 stages exceed LDS).
     assert j["offered"] == [c.key() for c in CURATED if c.key() not in FP4_ONLY]
     assert {d["config"] for d in j["declined"]} == FP4_ONLY
     assert all("exceeds" in d["reason"] for d in j["declined"])

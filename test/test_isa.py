@@ -278,3 +278,42 @@ def test_a_barrier_a_vcc_branch_skips_splits_the_waves():
     lines = listing("\ts_cbranch_vccnz .LBB0_2", "\ts_barrier", ".LBB0_2:", ".LBB0_3:", MFMA,
                     "\ts_cbranch_scc1 .LBB0_3")
     assert isa.skippable_barriers_before_loop(lines) == 1
+
+
+def _group_split(extra_barrier_on: str):
+    """A kernel whose waves pick one of two K loops by a scalar branch (the MX ping-pong kernel);
+    the loop on ``extra_barrier_on`` ("first"/"second"/"none") is entered past one more barrier."""
+    first = ["\ts_barrier"] if extra_barrier_on == "first" else []
+    second = ["\ts_barrier"] if extra_barrier_on == "second" else []
+    return listing(
+        "\ts_cmp_lg_u32 s7, 0",
+        "\ts_cbranch_scc1 .LBB0_4",
+        *first,
+        ".LBB0_1:",  # the first loop: DMAs, then reads, then MFMAs
+        "\ts_barrier", DMA, "\tds_read_b128 v[4:7], v1", "\ts_waitcnt lgkmcnt(0)", "\ts_barrier", MFMA, MFMA,
+        "\ts_cbranch_scc1 .LBB0_1",
+        "\ts_branch .LBB0_7",
+        ".LBB0_4:",
+        *second,
+        ".LBB0_5:",  # the second loop: reads, then MFMAs with DMAs between
+        "\ts_barrier", "\tds_read_b128 v[4:7], v1", "\ts_waitcnt vmcnt(1) lgkmcnt(0)", "\ts_barrier", MFMA, DMA, MFMA,
+        "\ts_cbranch_scc1 .LBB0_5",
+        ".LBB0_7:",
+        "\ts_barrier",
+    )
+
+
+def test_two_group_loops_are_found_with_the_lagging_one_entered_past_one_more_barrier():
+    for extra, lagging_has_dma_first in (("second", False), ("first", True)):
+        groups = isa.wave_group_loops(_group_split(extra))
+        assert groups is not None, extra
+        leading, lagging = groups
+        assert isa.is_dma(lagging.instructions[1]) == lagging_has_dma_first
+        assert isa.is_dma(leading.instructions[1]) != lagging_has_dma_first
+
+
+def test_no_group_loops_without_a_barrier_offset_or_with_one_loop():
+    assert isa.wave_group_loops(_group_split("none")) is None  # the offset cannot be told
+    assert isa.wave_group_loops(INTERLEAVED) is None
+    nested = listing(".LBB0_1:", MFMA, ".LBB0_2:", MFMA, "\ts_cbranch_scc1 .LBB0_2", "\ts_cbranch_scc1 .LBB0_1")
+    assert isa.wave_group_loops(nested) is None

@@ -134,3 +134,17 @@ def test_constants_are_overridable_by_name_and_unknown_names_are_refused():
 
 def test_geomean_ignores_missing_ratios():
     assert M.geomean([2.0, 0.5, float("nan")]) == pytest.approx(1.0)
+
+
+def test_each_wave_group_runs_its_own_loop_a_barrier_apart():
+    """The ping-pong kernel: the second half of the waves runs its own loop (``lagging_ops``),
+    one barrier behind the first half. Given the first half's loop it is the wave-group mode;
+    given a loop that drains a DMA every iteration, only that half waits (and the barriers make
+    the first half wait with it): slower, by at most the drained latency per iteration."""
+    ops = [("l", 1024), ("l", 1024), ("w", -1, 0), ("b",)] + [BF16] * 8 + [("b",)]
+    drained = [("d", 1024), ("w", 0, -1)] + ops
+    one = M.Constants(simds=1)
+    offset = M.simulate(ops, 2, 1, one, wave_groups=True)
+    assert M.simulate(ops, 2, 1, one, lagging_ops=ops) == pytest.approx(offset)
+    slow = M.simulate(ops, 2, 1, one, lagging_ops=drained)
+    assert offset < slow <= offset + one.dma_latency + 1024 / one.fill_bytes_per_clk + 2 * one.vector_issue

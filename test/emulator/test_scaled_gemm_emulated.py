@@ -274,6 +274,29 @@ PREFETCH = [("mx_m64n64k128_w2x2_s3_g0_c2_rp", 7, ("e4m3", "e4m3")),
 def test_register_prefetch_pipeline(key, tiles, formats):
     cfg = ScaledGemmConfig.from_key(key)
     assert cfg.prefetch and cfg in search_space("exhaustive")
+    _tails_strides_offsets(cfg, tiles, formats, seed=60 + tiles)
+
+
+def _tails_strides_offsets(cfg, tiles, formats, seed):
+    """``tiles`` K tiles with M and N tails, padded strides, storage offsets and (odd ``tiles``)
+    a bias."""
     rep = emulate_scaled(cfg, 2 * cfg.block_m - 8, cfg.block_n + 24, tiles * cfg.block_k, formats, pad=16, offset=16,
-                         bias="vector" if tiles % 2 else None, seed=60 + tiles)
+                         bias="vector" if tiles % 2 else None, seed=seed)
     assert rep.ok, rep
+
+
+# The ping-pong pipeline (``scaled_gemm.pingpong``; key suffix ``_pp``): two wave groups a
+# segment apart, A fetched in halves by group 0 and B by group 1. Odd and even tile counts (the
+# loop is unrolled by the 2 stages), a single K tile, 2 MFMA K steps per tile (the scale word's
+# second byte), mixed formats, M/N tails, padded strides and storage offsets.
+PINGPONG = [("mx_m64n64k128_w2x2_s2_g0_pp", 7, ("e4m3", "e4m3")),
+            ("mx_m64n64k128_w2x2_s2_g0_pp", 1, ("e2m1", "e4m3")),
+            ("mx_m32n64k256_w1x4_s2_g0_pp", 4, ("e5m2", "e2m1")),
+            ("mx_m128n128k128_w2x4_s2_g8_pp", 5, ("e4m3", "e2m1"))]
+
+
+@pytest.mark.parametrize("key, tiles, formats", PINGPONG, ids=[f"{p[0]}-{p[1]}" for p in PINGPONG])
+def test_pingpong_pipeline(key, tiles, formats):
+    cfg = ScaledGemmConfig.from_key(key)
+    assert cfg.pingpong and cfg in search_space("exhaustive")
+    _tails_strides_offsets(cfg, tiles, formats, seed=80 + tiles)

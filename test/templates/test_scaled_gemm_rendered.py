@@ -55,7 +55,7 @@ def summary(key, formats, tmp_path):
 
 def test_baseline_mxfp8(tmp_path):
     assert_expected_inline(summary("mx_m128n128k128_w2x2_s3_g0_c2", ("e4m3", "e4m3"), tmp_path), """\
-flydsl_scaled_gemm_e4m3xe4m3_bf16_mx_m128n128k128_w2x2_s3_g0_c2_b1: vgpr=212 agpr=0 sgpr=48 lds=102400 spills=0 scratch=0
+flydsl_scaled_gemm_e4m3xe4m3_bf16_mx_m128n128k128_w2x2_s3_g0_c2_b1: vgpr=180 agpr=0 sgpr=48 lds=102400 spills=0 scratch=0
 64 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[0,0,0]
 scaled mfma: 64
 16-byte DMA to LDS: 32
@@ -70,7 +70,7 @@ vmcnt waits: 9""")
 
 def test_decode_w4a8(tmp_path):
     assert_expected_inline(summary("mx_m32n16k512_w2x1_s3_g0_c2", ("e4m3", "e2m1"), tmp_path), """\
-flydsl_scaled_gemm_e4m3xe2m1_bf16_mx_m32n16k512_w2x1_s3_g0_c2_b1: vgpr=138 agpr=0 sgpr=66 lds=64512 spills=0 scratch=0
+flydsl_scaled_gemm_e4m3xe2m1_bf16_mx_m32n16k512_w2x1_s3_g0_c2_b1: vgpr=134 agpr=0 sgpr=66 lds=64512 spills=0 scratch=0
 4 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[0,0,0] blgp:4
 4 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel:[1,1,0] op_sel_hi:[1,1,0] blgp:4
 4 x v_mfma_scale_f32_16x16x128_f8f6f4 v, v, v, v, v, v op_sel_hi:[0,0,0] blgp:4

@@ -47,17 +47,23 @@ def _isa_of(jit_fn, args, dump_dir):
 
 
 def _facts(cfg, kernel, lines):
-    from torch_flydsl.runtime.isa import loop_metrics
+    """One config's loop line and check inputs. A ping-pong kernel (two wave groups, a loop each:
+    ``isa.wave_group_loops``) reports both loops, and its checks count both."""
+    from torch_flydsl.runtime.isa import loop_metrics, metrics_of, wave_group_loops
 
     per_tile = (cfg.block_m // 16) * (cfg.block_n // 16) * cfg.steps / cfg.waves
-    m = loop_metrics(lines, per_tile)
+    groups = wave_group_loops(lines)
+    ms = [metrics_of(lp, per_tile) for lp in groups] if groups else [m for m in [loop_metrics(lines, per_tile)] if m]
+    summary = (" | ".join(f"group {g}: {m.summary()}" for g, m in enumerate(ms)) if groups
+               else ms[0].summary() if ms else "no main loop")
     waves = kernel.waves_per_simd(cfg.threads)
-    line = (f"{m.summary() if m else 'no main loop'}; vgpr {kernel.vgpr} agpr {kernel.agpr} lds {kernel.lds_bytes} "
+    line = (f"{summary}; vgpr {kernel.vgpr} agpr {kernel.agpr} lds {kernel.lds_bytes} "
             f"spills {kernel.vgpr_spill + kernel.sgpr_spill} scratch {kernel.scratch_bytes}; {waves} waves/SIMD")
     facts = {"line": line, "waves": waves, "spills": kernel.vgpr_spill + kernel.sgpr_spill,
-             "scratch": kernel.scratch_bytes, "loop": m is not None}
-    if m is not None:
-        facts.update(vmcnt=list(m.vmcnt), dma=m.dma, between=m.dma_between, branches=m.extra_branches)
+             "scratch": kernel.scratch_bytes, "loop": bool(ms)}
+    if ms:
+        facts.update(vmcnt=[v for m in ms for v in m.vmcnt], dma=sum(m.dma for m in ms),
+                     between=sum(m.dma_between for m in ms), branches=max(m.extra_branches for m in ms))
     return facts
 
 
@@ -153,57 +159,57 @@ def test_main_loop_of_every_curated_config(loops):
     text += "\n# below 2 waves per SIMD\n" + "\n".join(f"{k}: {ONE_WAVE_PER_SIMD.get(k, '(no reason)')}" for k in below)
     assert_expected_inline(text, """\
 # dense e4m3
-mx_m128n128k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 16, dma 9 (9 between mfma), vmcnt [8,10], lgkmcnt x14, barrier 1, branches 0+1, salu 29.5; mfma-free run 89, loop 284 instrs; vgpr 212 agpr 0 lds 102400 spills 0 scratch 0; 1 waves/SIMD
-mx_m16n32k512_w1x2_s4_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 13.5 (12.5 between mfma), vmcnt [24,30,30,24], lgkmcnt x16, barrier 1, branches 0+1, salu 19.75; mfma-free run 75, loop 457 instrs; vgpr 148 agpr 0 lds 104448 spills 0 scratch 0; 0 waves/SIMD
-mx_m32n16k512_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 13.5 (12 between mfma), vmcnt [12,15], lgkmcnt x8, barrier 1, branches 0+1, salu 37; mfma-free run 105, loop 282 instrs; vgpr 168 agpr 0 lds 76800 spills 0 scratch 0; 1 waves/SIMD
-mx_m32n16k256_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 7 (5 between mfma), vmcnt [6,8], lgkmcnt x4, barrier 1, branches 0+1, salu 28.5; mfma-free run 106, loop 173 instrs; vgpr 102 agpr 0 lds 38912 spills 0 scratch 0; 2 waves/SIMD
-mx_m32n64k256_w1x4_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 7 (6 between mfma), vmcnt [6,8], lgkmcnt x6, barrier 1, branches 0+1, salu 28.5; mfma-free run 80, loop 194 instrs; vgpr 128 agpr 0 lds 77824 spills 0 scratch 0; 2 waves/SIMD
-mx_m32n64k256_w1x2_s4_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 13.5 (13 between mfma), vmcnt [24,30,30,24], lgkmcnt x14, barrier 1, branches 0+1, salu 19.75; mfma-free run 60, loop 476 instrs; vgpr 176 agpr 0 lds 104448 spills 0 scratch 0; 0 waves/SIMD
-mx_m64n64k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 4.5 (4.25 between mfma), vmcnt [4,6,4,4], lgkmcnt x12, barrier 1, branches 0+1, salu 17.75; mfma-free run 93, loop 282 instrs; vgpr 122 agpr 0 lds 53248 spills 0 scratch 0; 3 waves/SIMD
-mx_m64n128k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 6.75 (6.5 between mfma), vmcnt [6,9,6,6], lgkmcnt x20, barrier 1, branches 0+1, salu 23.5; mfma-free run 95, loop 409 instrs; vgpr 168 agpr 0 lds 79872 spills 0 scratch 0; 2 waves/SIMD
-mx_m128n64k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 6.75 (6.5 between mfma), vmcnt [6,9,6,6], lgkmcnt x20, barrier 1, branches 0+1, salu 23.5; mfma-free run 95, loop 411 instrs; vgpr 174 agpr 0 lds 79872 spills 0 scratch 0; 2 waves/SIMD
-mx_m128n128k128_w2x2_s3_g8_c2: 2 tile(s)/iter; per tile mfma 16, dma 9 (9 between mfma), vmcnt [8,10], lgkmcnt x14, barrier 1, branches 0+1, salu 29.5; mfma-free run 89, loop 284 instrs; vgpr 212 agpr 0 lds 102400 spills 0 scratch 0; 1 waves/SIMD
-mx_m256n128k128_w2x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 32, dma 13.5 (13.5 between mfma), vmcnt [12,18,12,12], lgkmcnt x22, barrier 1, branches 0+1, salu 32.25; mfma-free run 164, loop 994 instrs; vgpr 440 agpr 184 lds 159744 spills 0 scratch 0; 1 waves/SIMD
-mx_m256n128k128_w4x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 6.75 (6.75 between mfma), vmcnt [6,9,6,6], lgkmcnt x27, barrier 1, branches 0+1, salu 24.5; mfma-free run 84, loop 504 instrs; vgpr 232 agpr 0 lds 159744 spills 0 scratch 0; 2 waves/SIMD
-mx_m128n256k128_w2x4_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 6.75 (6.75 between mfma), vmcnt [6,9,6,6], lgkmcnt x25, barrier 1, branches 0+1, salu 23.5; mfma-free run 83, loop 498 instrs; vgpr 232 agpr 0 lds 159744 spills 0 scratch 0; 2 waves/SIMD
-mx_m16n32k512_w1x2_s6_g0_c8: 8 tile(s)/iter; per tile mfma 4, dma 13.5 (12.75 between mfma), vmcnt [48,60,60,60,60,48,48,48], lgkmcnt x12, barrier 1, branches 0+1, salu 29.25; mfma-free run 105, loop 1029 instrs; vgpr 140 agpr 0 lds 159744 spills 0 scratch 0; 0 waves/SIMD
-mx_m32n64k256_w1x4_s6_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 6.75 (6.25 between mfma), vmcnt [24,27,27,27], lgkmcnt x11, barrier 1, branches 0+1, salu 26; mfma-free run 100, loop 373 instrs; vgpr 164 agpr 0 lds 153600 spills 0 scratch 0; 1 waves/SIMD
-mx_m64n128k128_w2x2_s6_g0_c8: 8 tile(s)/iter; per tile mfma 8, dma 6.75 (6.625 between mfma), vmcnt [24,30,30,30,30,24,24,24], lgkmcnt x39, barrier 1, branches 0+1, salu 22.75; mfma-free run 144, loop 794 instrs; vgpr 198 agpr 0 lds 159744 spills 0 scratch 0; 1 waves/SIMD
-mx_m128n128k128_w2x2_s4_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 9 (9 between mfma), vmcnt [16,20,20,16], lgkmcnt x25, barrier 1, branches 0+1, salu 14.25; mfma-free run 60, loop 433 instrs; vgpr 216 agpr 0 lds 139264 spills 0 scratch 0; 1 waves/SIMD
+mx_m128n128k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 16, dma 9 (9 between mfma), vmcnt [8,10], lgkmcnt x13, barrier 1, branches 0+1, salu 28.5; mfma-free run 61, loop 243 instrs; vgpr 180 agpr 0 lds 102400 spills 0 scratch 0; 1 waves/SIMD
+mx_m16n32k512_w1x2_s4_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 13.5 (12.5 between mfma), vmcnt [24,30,30,24], lgkmcnt x16, barrier 1, branches 0+1, salu 18.75; mfma-free run 69, loop 444 instrs; vgpr 144 agpr 0 lds 104448 spills 0 scratch 0; 0 waves/SIMD
+mx_m32n16k512_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 13.5 (12 between mfma), vmcnt [12,15], lgkmcnt x8, barrier 1, branches 0+1, salu 35; mfma-free run 83, loop 274 instrs; vgpr 166 agpr 0 lds 76800 spills 0 scratch 0; 1 waves/SIMD
+mx_m32n16k256_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 7 (5 between mfma), vmcnt [6,8], lgkmcnt x4, barrier 1, branches 0+1, salu 28.5; mfma-free run 102, loop 169 instrs; vgpr 98 agpr 0 lds 38912 spills 0 scratch 0; 2 waves/SIMD
+mx_m32n64k256_w1x4_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 7 (6 between mfma), vmcnt [6,8], lgkmcnt x6, barrier 1, branches 0+1, salu 28.5; mfma-free run 76, loop 186 instrs; vgpr 120 agpr 0 lds 77824 spills 0 scratch 0; 2 waves/SIMD
+mx_m32n64k256_w1x2_s4_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 13.5 (13 between mfma), vmcnt [24,30,30,24], lgkmcnt x15, barrier 1, branches 0+1, salu 18.75; mfma-free run 54, loop 463 instrs; vgpr 154 agpr 0 lds 104448 spills 0 scratch 0; 0 waves/SIMD
+mx_m64n64k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 4.5 (4.25 between mfma), vmcnt [4,6,4,4], lgkmcnt x12, barrier 1, branches 0+1, salu 16.75; mfma-free run 66, loop 252 instrs; vgpr 104 agpr 0 lds 53248 spills 0 scratch 0; 3 waves/SIMD
+mx_m64n128k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 6.75 (6.5 between mfma), vmcnt [6,9,6,6], lgkmcnt x19, barrier 1, branches 0+1, salu 21.5; mfma-free run 66, loop 352 instrs; vgpr 136 agpr 0 lds 79872 spills 0 scratch 0; 2 waves/SIMD
+mx_m128n64k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 6.75 (6.5 between mfma), vmcnt [6,9,6,6], lgkmcnt x20, barrier 1, branches 0+1, salu 21.5; mfma-free run 64, loop 355 instrs; vgpr 140 agpr 0 lds 79872 spills 0 scratch 0; 2 waves/SIMD
+mx_m256n128k128_w2x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 32, dma 13.5 (13.5 between mfma), vmcnt [12,18,12,12], lgkmcnt x20, barrier 1, branches 0+1, salu 31.25; mfma-free run 90, loop 670 instrs; vgpr 304 agpr 48 lds 159744 spills 0 scratch 0; 1 waves/SIMD
+mx_m256n128k128_w4x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 6.75 (6.75 between mfma), vmcnt [6,9,6,6], lgkmcnt x23, barrier 1, branches 0+1, salu 23.5; mfma-free run 54, loop 422 instrs; vgpr 178 agpr 0 lds 159744 spills 0 scratch 0; 2 waves/SIMD
+mx_m128n256k128_w2x4_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 6.75 (6.75 between mfma), vmcnt [6,9,6,6], lgkmcnt x23, barrier 1, branches 0+1, salu 22.5; mfma-free run 55, loop 426 instrs; vgpr 180 agpr 0 lds 159744 spills 0 scratch 0; 2 waves/SIMD
+mx_m16n32k512_w1x2_s6_g0_c8: 8 tile(s)/iter; per tile mfma 4, dma 13.5 (12.75 between mfma), vmcnt [48,60,60,60,60,48,48,48], lgkmcnt x12, barrier 1, branches 0+1, salu 28.75; mfma-free run 99, loop 1015 instrs; vgpr 132 agpr 0 lds 159744 spills 0 scratch 0; 0 waves/SIMD
+mx_m32n64k256_w1x4_s6_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 6.75 (6.25 between mfma), vmcnt [24,27,27,27], lgkmcnt x12, barrier 1, branches 0+1, salu 25; mfma-free run 90, loop 349 instrs; vgpr 142 agpr 0 lds 153600 spills 0 scratch 0; 1 waves/SIMD
+mx_m64n128k128_w2x2_s6_g0_c8: 8 tile(s)/iter; per tile mfma 8, dma 6.75 (6.625 between mfma), vmcnt [24,30,30,30,30,24,24,24], lgkmcnt x40, barrier 1, branches 0+1, salu 21.25; mfma-free run 66, loop 697 instrs; vgpr 142 agpr 0 lds 159744 spills 0 scratch 0; 1 waves/SIMD
+mx_m128n128k128_w2x2_s4_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 9 (9 between mfma), vmcnt [16,20,20,16], lgkmcnt x28, barrier 1, branches 0+1, salu 13.75; mfma-free run 44, loop 409 instrs; vgpr 180 agpr 0 lds 139264 spills 0 scratch 0; 1 waves/SIMD
+mx_m256n256k128_w2x4_s2_g8_pp: group 0: 2 tile(s)/iter; per tile mfma 32, dma 10 (7.5 between mfma), vmcnt [10,10,10,10], lgkmcnt x4, barrier 4, branches 0+1, salu 18; mfma-free run 75, loop 293 instrs | group 1: 2 tile(s)/iter; per tile mfma 32, dma 9 (9 between mfma), vmcnt [9,9], lgkmcnt x4, barrier 4, branches 0+1, salu 15; mfma-free run 34, loop 255 instrs; vgpr 256 agpr 0 lds 139264 spills 0 scratch 0; 2 waves/SIMD
 # dense e2m1
-mx_m128n128k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 16, dma 5 (5 between mfma), vmcnt [4,6], lgkmcnt x8, barrier 1, branches 0+1, salu 25.5; mfma-free run 75, loop 210 instrs; vgpr 160 agpr 0 lds 53248 spills 0 scratch 0; 3 waves/SIMD
-mx_m16n32k512_w1x2_s4_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 7.5 (6.75 between mfma), vmcnt [12,18,18,12], lgkmcnt x16, barrier 1, branches 0+1, salu 13.25; mfma-free run 61, loop 268 instrs; vgpr 118 agpr 0 lds 55296 spills 0 scratch 0; 1 waves/SIMD
-mx_m32n16k512_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 7.5 (6.5 between mfma), vmcnt [6,9], lgkmcnt x8, barrier 1, branches 0+1, salu 30.5; mfma-free run 73, loop 189 instrs; vgpr 102 agpr 0 lds 39936 spills 0 scratch 0; 2 waves/SIMD
-mx_m32n16k256_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 4 (3 between mfma), vmcnt [3,5], lgkmcnt x4, barrier 1, branches 0+1, salu 25.5; mfma-free run 80, loop 127 instrs; vgpr 68 agpr 0 lds 20480 spills 0 scratch 0; 4 waves/SIMD
-mx_m32n64k256_w1x4_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 4 (3.5 between mfma), vmcnt [3,5], lgkmcnt x6, barrier 1, branches 0+1, salu 24.5; mfma-free run 64, loop 138 instrs; vgpr 80 agpr 0 lds 40960 spills 0 scratch 0; 4 waves/SIMD
-mx_m32n64k256_w1x2_s4_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 7.5 (7.25 between mfma), vmcnt [12,18,18,12], lgkmcnt x18, barrier 1, branches 0+1, salu 13.75; mfma-free run 69, loop 310 instrs; vgpr 146 agpr 0 lds 55296 spills 0 scratch 0; 1 waves/SIMD
-mx_m64n64k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 2.5 (2.25 between mfma), vmcnt [2,4,2,2], lgkmcnt x12, barrier 1, branches 0+1, salu 15.75; mfma-free run 94, loop 208 instrs; vgpr 94 agpr 0 lds 28672 spills 0 scratch 0; 5 waves/SIMD
-mx_m64n128k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x17, barrier 1, branches 0+1, salu 20.25; mfma-free run 86, loop 302 instrs; vgpr 134 agpr 0 lds 43008 spills 0 scratch 0; 3 waves/SIMD
-mx_m128n64k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x13, barrier 1, branches 0+1, salu 21.25; mfma-free run 109, loop 307 instrs; vgpr 138 agpr 0 lds 43008 spills 0 scratch 0; 3 waves/SIMD
-mx_m128n128k128_w2x2_s3_g8_c2: 2 tile(s)/iter; per tile mfma 16, dma 5 (5 between mfma), vmcnt [4,6], lgkmcnt x8, barrier 1, branches 0+1, salu 25.5; mfma-free run 75, loop 210 instrs; vgpr 160 agpr 0 lds 53248 spills 0 scratch 0; 3 waves/SIMD
-mx_m256n128k128_w2x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 32, dma 7.5 (7.5 between mfma), vmcnt [6,12,6,6], lgkmcnt x18, barrier 1, branches 0+1, salu 26.25; mfma-free run 116, loop 697 instrs; vgpr 366 agpr 110 lds 86016 spills 0 scratch 0; 1 waves/SIMD
-mx_m256n128k128_w4x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x18, barrier 1, branches 0+1, salu 21.5; mfma-free run 83, loop 365 instrs; vgpr 164 agpr 0 lds 86016 spills 0 scratch 0; 2 waves/SIMD
-mx_m128n256k128_w2x4_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x18, barrier 1, branches 0+1, salu 20.5; mfma-free run 81, loop 362 instrs; vgpr 162 agpr 0 lds 86016 spills 0 scratch 0; 2 waves/SIMD
-mx_m16n32k512_w1x2_s6_g0_c8: 8 tile(s)/iter; per tile mfma 4, dma 7.5 (7 between mfma), vmcnt [24,36,36,36,36,24,24,24], lgkmcnt x8, barrier 1, branches 0+1, salu 23.25; mfma-free run 76, loop 657 instrs; vgpr 92 agpr 0 lds 86016 spills 0 scratch 0; 0 waves/SIMD
-mx_m32n64k256_w1x4_s6_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 3.75 (3.5 between mfma), vmcnt [12,15,15,15], lgkmcnt x12, barrier 1, branches 0+1, salu 23; mfma-free run 98, loop 274 instrs; vgpr 106 agpr 0 lds 79872 spills 0 scratch 0; 2 waves/SIMD
-mx_m64n128k128_w2x2_s6_g0_c8: 8 tile(s)/iter; per tile mfma 8, dma 3.75 (3.625 between mfma), vmcnt [12,18,18,18,18,12,12,12], lgkmcnt x33, barrier 1, branches 0+1, salu 19.75; mfma-free run 58, loop 580 instrs; vgpr 112 agpr 0 lds 86016 spills 0 scratch 0; 1 waves/SIMD
-mx_m32n64k512_w1x4_s6_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 7.5 (7.25 between mfma), vmcnt [24,30,30,30], lgkmcnt x17, barrier 1, branches 0+1, salu 27.75; mfma-free run 79, loop 411 instrs; vgpr 168 agpr 0 lds 159744 spills 0 scratch 0; 1 waves/SIMD
-mx_m64n128k256_w2x2_s5_g0_c4: 4 tile(s)/iter; per tile mfma 16, dma 7.5 (7.5 between mfma), vmcnt [18,24,24,24], lgkmcnt x33, barrier 1, branches 0+1, salu 28.75; mfma-free run 81, loop 478 instrs; vgpr 176 agpr 0 lds 135168 spills 0 scratch 0; 1 waves/SIMD
-mx_m256n256k128_w4x2_s4_g8_c4: 4 tile(s)/iter; per tile mfma 32, dma 5 (5 between mfma), vmcnt [8,12,12,8], lgkmcnt x33, barrier 1, branches 0+1, salu 10.75; mfma-free run 70, loop 430 instrs; vgpr 256 agpr 0 lds 147456 spills 0 scratch 0; 2 waves/SIMD
-mx_m128n128k128_w2x2_s4_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 5 (5 between mfma), vmcnt [8,12,12,8], lgkmcnt x19, barrier 1, branches 0+1, salu 10.75; mfma-free run 59, loop 319 instrs; vgpr 172 agpr 0 lds 73728 spills 0 scratch 0; 2 waves/SIMD
+mx_m128n128k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 16, dma 5 (5 between mfma), vmcnt [4,6], lgkmcnt x11, barrier 1, branches 0+1, salu 25.5; mfma-free run 57, loop 187 instrs; vgpr 140 agpr 0 lds 53248 spills 0 scratch 0; 3 waves/SIMD
+mx_m16n32k512_w1x2_s4_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 7.5 (6.75 between mfma), vmcnt [12,18,18,12], lgkmcnt x16, barrier 1, branches 0+1, salu 12.75; mfma-free run 56, loop 261 instrs; vgpr 108 agpr 0 lds 55296 spills 0 scratch 0; 1 waves/SIMD
+mx_m32n16k512_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 7.5 (6.5 between mfma), vmcnt [6,9], lgkmcnt x8, barrier 1, branches 0+1, salu 29.5; mfma-free run 67, loop 183 instrs; vgpr 98 agpr 0 lds 39936 spills 0 scratch 0; 2 waves/SIMD
+mx_m32n16k256_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 4 (3 between mfma), vmcnt [3,5], lgkmcnt x4, barrier 1, branches 0+1, salu 25.5; mfma-free run 76, loop 123 instrs; vgpr 64 agpr 0 lds 20480 spills 0 scratch 0; 4 waves/SIMD
+mx_m32n64k256_w1x4_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 4 (3.5 between mfma), vmcnt [3,5], lgkmcnt x6, barrier 1, branches 0+1, salu 24.5; mfma-free run 62, loop 134 instrs; vgpr 76 agpr 0 lds 40960 spills 0 scratch 0; 4 waves/SIMD
+mx_m32n64k256_w1x2_s4_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 7.5 (7.25 between mfma), vmcnt [12,18,18,12], lgkmcnt x20, barrier 1, branches 0+1, salu 13.25; mfma-free run 61, loop 300 instrs; vgpr 124 agpr 0 lds 55296 spills 0 scratch 0; 1 waves/SIMD
+mx_m64n64k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 2.5 (2.25 between mfma), vmcnt [2,4,2,2], lgkmcnt x12, barrier 1, branches 0+1, salu 14.75; mfma-free run 64, loop 186 instrs; vgpr 74 agpr 0 lds 28672 spills 0 scratch 0; 5 waves/SIMD
+mx_m64n128k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x17, barrier 1, branches 0+1, salu 18.75; mfma-free run 73, loop 266 instrs; vgpr 108 agpr 0 lds 43008 spills 0 scratch 0; 3 waves/SIMD
+mx_m128n64k128_w2x2_s3_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x17, barrier 1, branches 0+1, salu 19.75; mfma-free run 74, loop 273 instrs; vgpr 110 agpr 0 lds 43008 spills 0 scratch 0; 3 waves/SIMD
+mx_m256n128k128_w2x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 32, dma 7.5 (7.5 between mfma), vmcnt [6,12,6,6], lgkmcnt x34, barrier 1, branches 0+1, salu 24.25; mfma-free run 54, loop 528 instrs; vgpr 236 agpr 0 lds 86016 spills 0 scratch 0; 1 waves/SIMD
+mx_m256n128k128_w4x2_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x16, barrier 1, branches 0+1, salu 19.5; mfma-free run 52, loop 317 instrs; vgpr 140 agpr 0 lds 86016 spills 0 scratch 0; 2 waves/SIMD
+mx_m128n256k128_w2x4_s3_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 3.75 (3.75 between mfma), vmcnt [3,6,3,3], lgkmcnt x16, barrier 1, branches 0+1, salu 18.5; mfma-free run 51, loop 313 instrs; vgpr 140 agpr 0 lds 86016 spills 0 scratch 0; 2 waves/SIMD
+mx_m16n32k512_w1x2_s6_g0_c8: 8 tile(s)/iter; per tile mfma 4, dma 7.5 (7 between mfma), vmcnt [24,36,36,36,36,24,24,24], lgkmcnt x11, barrier 1, branches 0+1, salu 22.75; mfma-free run 70, loop 646 instrs; vgpr 84 agpr 0 lds 86016 spills 0 scratch 0; 0 waves/SIMD
+mx_m32n64k256_w1x4_s6_g0_c4: 4 tile(s)/iter; per tile mfma 4, dma 3.75 (3.5 between mfma), vmcnt [12,15,15,15], lgkmcnt x13, barrier 1, branches 0+1, salu 22; mfma-free run 89, loop 258 instrs; vgpr 92 agpr 0 lds 79872 spills 0 scratch 0; 2 waves/SIMD
+mx_m64n128k128_w2x2_s6_g0_c8: 8 tile(s)/iter; per tile mfma 8, dma 3.75 (3.625 between mfma), vmcnt [12,18,18,18,18,12,12,12], lgkmcnt x33, barrier 1, branches 0+1, salu 17; mfma-free run 68, loop 512 instrs; vgpr 126 agpr 0 lds 86016 spills 0 scratch 0; 1 waves/SIMD
+mx_m32n64k512_w1x4_s6_g0_c4: 4 tile(s)/iter; per tile mfma 8, dma 7.5 (7.25 between mfma), vmcnt [24,30,30,30], lgkmcnt x16, barrier 1, branches 0+1, salu 26.75; mfma-free run 69, loop 385 instrs; vgpr 148 agpr 0 lds 159744 spills 0 scratch 0; 1 waves/SIMD
+mx_m64n128k256_w2x2_s5_g0_c4: 4 tile(s)/iter; per tile mfma 16, dma 7.5 (7.5 between mfma), vmcnt [18,24,24,24], lgkmcnt x33, barrier 1, branches 0+1, salu 27.75; mfma-free run 67, loop 436 instrs; vgpr 150 agpr 0 lds 135168 spills 0 scratch 0; 1 waves/SIMD
+mx_m256n256k128_w4x2_s4_g8_c4: 4 tile(s)/iter; per tile mfma 32, dma 5 (5 between mfma), vmcnt [8,12,12,8], lgkmcnt x32, barrier 1, branches 0+1, salu 10.25; mfma-free run 44, loop 403 instrs; vgpr 224 agpr 0 lds 147456 spills 0 scratch 0; 2 waves/SIMD
+mx_m128n128k128_w2x2_s4_g8_c4: 4 tile(s)/iter; per tile mfma 16, dma 5 (5 between mfma), vmcnt [8,12,12,8], lgkmcnt x19, barrier 1, branches 0+1, salu 10.25; mfma-free run 43, loop 295 instrs; vgpr 144 agpr 0 lds 73728 spills 0 scratch 0; 2 waves/SIMD
+mx_m256n256k128_w2x4_s2_g8_pp: group 0: 2 tile(s)/iter; per tile mfma 32, dma 6 (4.5 between mfma), vmcnt [6,6,6,6], lgkmcnt x4, barrier 4, branches 0+1, salu 16; mfma-free run 50, loop 226 instrs | group 1: 2 tile(s)/iter; per tile mfma 32, dma 5 (5 between mfma), vmcnt [5,5], lgkmcnt x4, barrier 4, branches 0+1, salu 12; mfma-free run 27, loop 205 instrs; vgpr 220 agpr 0 lds 135168 spills 0 scratch 0; 2 waves/SIMD
+mx_m256n256k256_w2x4_s2_g8_pp: group 0: 2 tile(s)/iter; per tile mfma 64, dma 10 (7.5 between mfma), vmcnt [10,10,10,10], lgkmcnt x4, barrier 4, branches 0+1, salu 15.5; mfma-free run 67, loop 354 instrs | group 1: 2 tile(s)/iter; per tile mfma 64, dma 10 (10 between mfma), vmcnt [10,10], lgkmcnt x4, barrier 4, branches 0+1, salu 15; mfma-free run 34, loop 340 instrs; vgpr 250 agpr 0 lds 139264 spills 0 scratch 0; 2 waves/SIMD
 # grouped e4m3
-mxgrp_m128n128k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 16, dma 9 (9 between mfma), vmcnt [8,10], lgkmcnt x11, barrier 1, branches 0+1, salu 28; mfma-free run 86, loop 282 instrs; vgpr 242 agpr 0 lds 102400 spills 0 scratch 0; 1 waves/SIMD
-mxgrp_m16n32k512_w1x2_s4_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 13.5 (12 between mfma), vmcnt [24,27], lgkmcnt x8, barrier 1, branches 0+1, salu 28.5; mfma-free run 140, loop 258 instrs; vgpr 210 agpr 0 lds 101376 spills 0 scratch 0; 0 waves/SIMD
-mxgrp_m32n16k512_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 13.5 (12 between mfma), vmcnt [12,15], lgkmcnt x3, barrier 1, branches 0+1, salu 35.5; mfma-free run 95, loop 279 instrs; vgpr 168 agpr 0 lds 76800 spills 0 scratch 0; 1 waves/SIMD
-mxgrp_m32n16k256_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 7 (5 between mfma), vmcnt [6,8], lgkmcnt x4, barrier 1, branches 0+1, salu 27; mfma-free run 122, loop 174 instrs; vgpr 116 agpr 0 lds 38912 spills 0 scratch 0; 2 waves/SIMD
-mxgrp_m32n64k256_w1x4_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 7 (6 between mfma), vmcnt [6,8], lgkmcnt x6, barrier 1, branches 0+1, salu 27; mfma-free run 108, loop 195 instrs; vgpr 148 agpr 0 lds 77824 spills 0 scratch 0; 2 waves/SIMD
-mxgrp_m32n64k256_w1x2_s4_g0_c2: 2 tile(s)/iter; per tile mfma 8, dma 13.5 (13 between mfma), vmcnt [24,27], lgkmcnt x9, barrier 1, branches 0+1, salu 28.5; mfma-free run 104, loop 269 instrs; vgpr 232 agpr 0 lds 101376 spills 0 scratch 0; 0 waves/SIMD
-mxgrp_m64n64k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 5 (4.5 between mfma), vmcnt [4,6], lgkmcnt x6, barrier 1, branches 0+1, salu 23; mfma-free run 87, loop 163 instrs; vgpr 126 agpr 0 lds 53248 spills 0 scratch 0; 3 waves/SIMD
-mxgrp_m64n128k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 8, dma 7 (6.5 between mfma), vmcnt [6,8], lgkmcnt x10, barrier 1, branches 0+1, salu 29; mfma-free run 98, loop 227 instrs; vgpr 188 agpr 0 lds 77824 spills 0 scratch 0; 2 waves/SIMD
-mxgrp_m128n64k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 8, dma 7 (6.5 between mfma), vmcnt [6,8], lgkmcnt x9, barrier 1, branches 0+1, salu 29; mfma-free run 98, loop 226 instrs; vgpr 180 agpr 0 lds 77824 spills 0 scratch 0; 2 waves/SIMD
+mxgrp_m128n128k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 16, dma 9 (9 between mfma), vmcnt [8,10], lgkmcnt x13, barrier 1, branches 0+1, salu 27; mfma-free run 62, loop 244 instrs; vgpr 192 agpr 0 lds 102400 spills 0 scratch 0; 1 waves/SIMD
+mxgrp_m16n32k512_w1x2_s4_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 13.5 (12 between mfma), vmcnt [24,27], lgkmcnt x8, barrier 1, branches 0+1, salu 26.5; mfma-free run 81, loop 245 instrs; vgpr 206 agpr 0 lds 101376 spills 0 scratch 0; 0 waves/SIMD
+mxgrp_m32n16k512_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 13.5 (12 between mfma), vmcnt [12,15], lgkmcnt x2, barrier 1, branches 0+1, salu 33.5; mfma-free run 89, loop 270 instrs; vgpr 164 agpr 0 lds 76800 spills 0 scratch 0; 1 waves/SIMD
+mxgrp_m32n16k256_w2x1_s3_g0_c2: 2 tile(s)/iter; per tile mfma 2, dma 7 (5 between mfma), vmcnt [6,8], lgkmcnt x4, barrier 1, branches 0+1, salu 27; mfma-free run 118, loop 170 instrs; vgpr 110 agpr 0 lds 38912 spills 0 scratch 0; 2 waves/SIMD
+mxgrp_m32n64k256_w1x4_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 7 (6 between mfma), vmcnt [6,8], lgkmcnt x6, barrier 1, branches 0+1, salu 27; mfma-free run 104, loop 187 instrs; vgpr 132 agpr 0 lds 77824 spills 0 scratch 0; 2 waves/SIMD
+mxgrp_m32n64k256_w1x2_s4_g0_c2: 2 tile(s)/iter; per tile mfma 8, dma 13.5 (13 between mfma), vmcnt [24,27], lgkmcnt x9, barrier 1, branches 0+1, salu 26.5; mfma-free run 76, loop 252 instrs; vgpr 190 agpr 0 lds 101376 spills 0 scratch 0; 0 waves/SIMD
+mxgrp_m64n64k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 4, dma 5 (4.5 between mfma), vmcnt [4,6], lgkmcnt x6, barrier 1, branches 0+1, salu 22; mfma-free run 75, loop 147 instrs; vgpr 102 agpr 0 lds 53248 spills 0 scratch 0; 3 waves/SIMD
+mxgrp_m64n128k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 8, dma 7 (6.5 between mfma), vmcnt [6,8], lgkmcnt x10, barrier 1, branches 0+1, salu 27; mfma-free run 69, loop 197 instrs; vgpr 144 agpr 0 lds 77824 spills 0 scratch 0; 2 waves/SIMD
+mxgrp_m128n64k128_w2x2_s3_g0_c2: 2 tile(s)/iter; per tile mfma 8, dma 7 (6.5 between mfma), vmcnt [6,8], lgkmcnt x10, barrier 1, branches 0+1, salu 27; mfma-free run 69, loop 197 instrs; vgpr 140 agpr 0 lds 77824 spills 0 scratch 0; 2 waves/SIMD
 # below 2 waves per SIMD
 mx_m128n128k128_w2x2_s3_g0_c2: FP8: 3 stages of 32 KiB + scale slots (100 KiB) leave LDS for one workgroup of 4 waves per CU; the 2-workgroup 128x64 / 64x128 tiles are its alternatives
-mx_m128n128k128_w2x2_s3_g8_c2: as mx_m128n128k128_w2x2_s3_g0_c2
 mx_m128n128k128_w2x2_s4_g8_c4: FP8: 4 stages of 32 KiB + scale slots (136 KiB) leave LDS for one workgroup of 4 waves per CU; with FP4 (72 KiB), the case it is curated for, two fit (2 waves per SIMD). FP8's 2-workgroup alternatives are the 128x64 / 64x128 tiles
 mx_m16n32k512_w1x2_s4_g0_c2: the grouped family's mx_m16n32k512_w1x2_s4_g0_c4 (chunk 2): deep decode tile: 512 K values per tile (8 tiles at K = 4096) with 3 tiles in flight per workgroup; its LDS (FP8 99 KiB) leaves room for 1 (FP8) workgroup(s) of 2 waves per CU. A decode GEMM is bound by the bytes in flight, not by waves; mx_m32n16k256_w2x1_s3_g0_c2 is the 2-waves-per-SIMD decode alternative
 mx_m16n32k512_w1x2_s4_g0_c4: deep decode tile: 512 K values per tile (8 tiles at K = 4096) with 3 tiles in flight per workgroup; its LDS (FP8 102 KiB, FP4 54 KiB) leaves room for 1 (FP8) / 2 (FP4) workgroup(s) of 2 waves per CU. A decode GEMM is bound by the bytes in flight, not by waves; mx_m32n16k256_w2x1_s3_g0_c2 is the 2-waves-per-SIMD decode alternative
@@ -242,7 +248,9 @@ def test_issue_20_checks_hold_for_every_curated_mx_config(loops):
     from torch_flydsl.templates.scaled_gemm import search_space
     from torch_flydsl.templates.scaled_gemm.config import ONE_WAVE_PER_SIMD
 
-    assert all(4096 // c.block_k >= MIN_STEADY_K_TILES and c.chunk > 1 for c in search_space("curated"))
+    # Scale chunks span several K tiles, except in the ping-pong loop, where each A half's and B's
+    # scales ride with its data DMAs (one more DMA per half tile, no wait of their own).
+    assert all(4096 // c.block_k >= MIN_STEADY_K_TILES and (c.chunk > 1 or c.pingpong) for c in search_space("curated"))
     failing = {f"{family} {fmt} {r['config']}": problems(r, ONE_WAVE_PER_SIMD)
                for (family, fmt), rows in loops.items() for r in rows}
     failing = {k: v for k, v in failing.items() if v}

@@ -410,6 +410,43 @@ def vmem_bytes_per_lane(ins: Instruction) -> int:
     return _VMEM_BYTES.get(tail, 4)
 
 
+def wave_group_loops(isa_lines: Iterable[str]) -> Optional[tuple[Loop, Loop]]:
+    """``(leading, lagging)`` when the main loop's function runs its waves as two groups with a
+    loop each (the plugin's MX ping-pong kernel): exactly two innermost MFMA loops with the same
+    MFMA count, neither reachable only through the other (a scalar branch picks one per wave),
+    one of them entered past one ``s_barrier`` more than the other (barriers outside every loop
+    in blocks that dominate its header but not the other's), so its n-th loop barrier meets the
+    other's (n+1)-th. None otherwise."""
+    lines = list(isa_lines)
+    loop = main_loop(lines)
+    if loop is None:
+        return None
+    body = next(b for name, b in functions(lines) if name == loop.function)
+    all_loops = _function_loops(loop.function, body)
+    mfma_loops = [lp for lp in all_loops if any(map(is_mfma, lp.instructions))]
+    inner = [lp for lp in mfma_loops if not any(o is not lp and set(o.blocks) < set(lp.blocks) for o in mfma_loops)]
+    if len(inner) != 2:
+        return None
+    x, y = inner
+    if sum(map(is_mfma, x.instructions)) != sum(map(is_mfma, y.instructions)) or set(x.blocks) & set(y.blocks):
+        return None
+    instrs, labels = parse(body)
+    blocks, _ = _blocks(instrs, labels)
+    dom = _dominators(blocks)
+    if x.header in dom[y.header] or y.header in dom[x.header]:
+        return None
+    in_loop = {b for lp in all_loops for b in lp.blocks}
+
+    def approach_barriers(lp: Loop, other: Loop) -> int:
+        return sum(1 for b in dom[lp.header] - dom[other.header] if b not in in_loop
+                   for ins in instrs[blocks[b].start:blocks[b].end] if ins.op == "s_barrier")
+
+    bx, by = approach_barriers(x, y), approach_barriers(y, x)
+    if abs(bx - by) != 1:
+        return None
+    return (x, y) if bx < by else (y, x)
+
+
 def skippable_barriers_before_loop(isa_lines: Iterable[str]) -> int:
     """``s_barrier`` instructions in the main loop's function, before its header, that an
     lane-mask branch (``s_cbranch_execz/execnz/vccz/vccnz`` ending the block just above) jumps

@@ -90,6 +90,9 @@ class ScaledGemmConfig:
     # 1: the register-prefetch pipeline (``scaled_gemm.prefetch``): tile kt+1's LDS reads (data
     # and scale words) go into a second register set under tile kt's MFMAs. Key suffix ``_rp``.
     prefetch: int = 0
+    # 1: the ping-pong pipeline (``scaled_gemm.pingpong``): two LDS stages, the waves in two groups
+    # half a K tile apart, one multiplying while the other reads LDS. Key suffix ``_pp``.
+    pingpong: int = 0
 
     @property
     def waves(self) -> int:
@@ -110,13 +113,13 @@ class ScaledGemmConfig:
 
     def key(self) -> str:
         # The dense family's spelling of the seven tile fields, then the scale chunk (when > 1)
-        # and ``_rp`` for the register-prefetch pipeline.
+        # and ``_rp`` for the register-prefetch pipeline or ``_pp`` for the ping-pong one.
         chunk = f"_c{self.chunk}" if self.chunk != 1 else ""
-        prefetch = "_rp" if self.prefetch else ""
+        loop = "_rp" if self.prefetch else "_pp" if self.pingpong else ""
         return (f"{KEY_PREFIX}m{self.block_m}n{self.block_n}k{self.block_k}_w{self.m_waves}x{self.n_waves}"
-                f"_s{self.stages}_g{self.group_m}{chunk}{prefetch}")
+                f"_s{self.stages}_g{self.group_m}{chunk}{loop}")
 
-    _KEY_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)_w(\d+)x(\d+)_s(\d+)_g(\d+)(?:_c(\d+))?(_rp)?$")
+    _KEY_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)_w(\d+)x(\d+)_s(\d+)_g(\d+)(?:_c(\d+))?(_rp|_pp)?$")
 
     @classmethod
     def from_key(cls, key: str) -> "ScaledGemmConfig":
@@ -124,9 +127,9 @@ class ScaledGemmConfig:
         if match is None:
             why = " (no split-K)" if "_sk" in key else ""
             raise ValueError(f"not a scaled GEMM config key{why}: {key!r}")
-        *tile, c, rp = match.groups()
+        *tile, c, loop = match.groups()
         bm, bn, bk, mw, nw, st, gm = (int(g) for g in tile)
-        return cls(bm, bn, bk, mw, nw, st, gm, int(c) if c is not None else 1, int(rp is not None))
+        return cls(bm, bn, bk, mw, nw, st, gm, int(c) if c is not None else 1, int(loop == "_rp"), int(loop == "_pp"))
 
     def __str__(self) -> str:
         return self.key()
@@ -180,6 +183,19 @@ class ScaledGemmConfig:
             p.append("prefetch must be 0 or 1")
         elif self.prefetch and self.stages < 3:
             p.append("the register-prefetch loop needs stages >= 3 (with 2 it would wait vmcnt(0) every K tile)")
+        if self.pingpong not in (0, 1):
+            p.append("pingpong must be 0 or 1")
+        elif self.pingpong:
+            if self.prefetch:
+                p.append("a config runs one pipeline: prefetch or pingpong, not both")
+            if self.stages != 2 or self.chunk != 1:
+                p.append("the ping-pong loop runs 2 LDS stages with the scales staged per K tile (stages=2, chunk=1): "
+                         "with 3 or more stages the plain pipeline keeps 2 tiles in flight without it")
+            if self.waves % 2:
+                p.append(f"the ping-pong loop splits the waves into two groups; {self.waves} is odd")
+            if (self.block_m // (MMA_M * self.m_waves)) % 2:
+                p.append("the ping-pong loop reads each wave's A blocks in two halves; block_m / (16 x m_waves) "
+                         "must be even")
         if not p and self.acc_regs_per_lane > MAX_ACC_REGS_PER_LANE:
             p.append(f"{self.acc_regs_per_lane} fp32 accumulators per lane exceed {MAX_ACC_REGS_PER_LANE}")
         return p
@@ -196,11 +212,25 @@ class ScaledGemmConfig:
         lds = self.lds_bytes(a, b, out_dtype)
         if lds > LDS_LIMIT_BYTES:
             p.append(f"LDS {lds} B exceeds {LDS_LIMIT_BYTES} B")
-        # The prefetch loop keeps one more data tile and scale chunk in flight (its prologue).
+        # The prefetch loop keeps one more data tile and scale chunk in flight (its prologue); in
+        # the ping-pong loop the B group has two B tiles with their scales in flight at most,
+        # each fetched by half the threads.
         in_flight = (self.stages - 2 + self.prefetch) * tb.data_per_tile + (1 + self.prefetch) * tb.scales_per_chunk
+        if self.pingpong:
+            in_flight = max(self.pingpong_dmas(a, b))
         if not p and in_flight > MAX_VMCNT:
             p.append(f"up to {in_flight} DMA loads in flight per thread exceed the vmcnt limit {MAX_VMCNT}")
         return p
+
+    def pingpong_dmas(self, a: MxFormat, b: MxFormat) -> tuple[int, int]:
+        """The ping-pong loop's DMAs in flight per thread at most: the A group's (three A halves
+        with their scales) and the B group's (two B tiles with theirs), each group fetching with
+        half the threads (``scaled_gemm.pingpong``)."""
+        tb, t = self.tile_bytes(a, b), self.threads // 2
+        half = self.block_m // 2
+        a_half = half * tb.a_row // DMA_BYTES // t + _ceil_div(half * tb.chunk_dwords, t)
+        b_tile = self.block_n * tb.b_row // DMA_BYTES // t + _ceil_div(self.block_n * tb.chunk_dwords, t)
+        return 3 * a_half, 2 * b_tile
 
     def is_valid(self) -> bool:
         return not self.static_problems()
@@ -211,13 +241,13 @@ class ScaledGemmConfig:
 
 BASELINE = ScaledGemmConfig(128, 128, 128, 2, 2, 3, 0, 2)
 
-# Hand-picked (docs/mx_schedules.md). Every one runs the no-drain pipeline (stages >= 3) with
-# scale chunks of 2-8 K tiles. Decode (M <= 128): tiles narrow enough to put >= 256 workgroups on
+# Hand-picked (docs/mx_schedules.md). Every one but the last runs the no-drain pipeline (stages >= 3)
+# with scale chunks of 2-8 K tiles; the last runs the ping-pong pipeline. Decode (M <= 128): tiles narrow enough to put >= 256 workgroups on
 # N = 4096 at M <= 32, either small enough in LDS for >= 2 waves per SIMD, or 512 K values deep
 # (fewer round trips), or 2 waves of 32 x 32 with 3 tiles in flight (fewest LDS bytes per MFMA);
 # the reasons of those below 2 waves per SIMD are in ONE_WAVE_PER_SIMD. M >= 2048: 256 x 128
 # tiles of 8 waves (2 waves per SIMD) or 4 waves of 128 x 64 each (fewer LDS bytes per MFMA),
-# and the 4-stage tiles at the end.
+# the 4-stage tiles, and the ping-pong 256 x 256 at the end.
 CURATED = (
     BASELINE,
     ScaledGemmConfig(16, 32, 512, 1, 2, 4, 0, 4),
@@ -228,7 +258,6 @@ CURATED = (
     ScaledGemmConfig(64, 64, 128, 2, 2, 3, 0, 4),
     ScaledGemmConfig(64, 128, 128, 2, 2, 3, 0, 4),
     ScaledGemmConfig(128, 64, 128, 2, 2, 3, 0, 4),
-    ScaledGemmConfig(128, 128, 128, 2, 2, 3, 8, 2),
     ScaledGemmConfig(256, 128, 128, 2, 2, 3, 8, 4),
     ScaledGemmConfig(256, 128, 128, 4, 2, 3, 8, 4),
     ScaledGemmConfig(128, 256, 128, 2, 4, 3, 8, 4),
@@ -248,6 +277,12 @@ CURATED = (
     # N = 4096): two workgroups per CU with FP4, one with FP8.
     ScaledGemmConfig(256, 256, 128, 4, 2, 4, 8, 4),
     ScaledGemmConfig(128, 128, 128, 2, 2, 4, 8, 4),
+    # Ping-pong (``scaled_gemm.pingpong``): 256 x 256 tiles for M >= 4096 whose two stages are all
+    # that fits in LDS (64 KiB each: MXFP8 128 K values deep, MXFP4 256 deep; the latter is
+    # MXFP4-only); two wave groups a segment apart keep the MFMA pipe busy and fetch 1.5 K tiles
+    # ahead without vmcnt(0).
+    ScaledGemmConfig(256, 256, 128, 2, 4, 2, 8, 1, pingpong=1),
+    ScaledGemmConfig(256, 256, 256, 2, 4, 2, 8, 1, pingpong=1),
 )
 
 _EXHAUSTIVE_AXES = dict(
@@ -260,6 +295,7 @@ _EXHAUSTIVE_AXES = dict(
     group_m=(0, 8),
     chunk=(1, 2, 4, 8),
     prefetch=(0, 1),
+    pingpong=(0, 1),
 )
 
 
@@ -348,7 +384,6 @@ ONE_WAVE_PER_SIMD = {
     "mx_m128n128k128_w2x2_s3_g0_c2": "FP8: 3 stages of 32 KiB + scale slots (100 KiB) leave LDS for one "
                                      "workgroup of 4 waves per CU; the 2-workgroup 128x64 / 64x128 tiles are its "
                                      "alternatives",
-    "mx_m128n128k128_w2x2_s3_g8_c2": "as mx_m128n128k128_w2x2_s3_g0_c2",
     "mx_m256n128k128_w2x2_s3_g8_c4": "by design: 4 waves of 128x64 outputs each read 12 operand rows per 32 "
                                      "MFMAs, the fewest LDS bytes per MFMA of the curated tiles (its 8-wave twin "
                                      "mx_m256n128k128_w4x2_s3_g8_c4 holds 2 waves per SIMD)",

@@ -69,7 +69,7 @@ num_records = the operand's exact byte span). No K tail.
 
 # No `from __future__ import annotations`: FlyDSL reads the kernel annotations as objects.
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import flydsl.compiler as flyc
 import flydsl.expr as fx
@@ -85,6 +85,7 @@ from ..gemm.lds import lds_layout
 from ..gemm.tile_loads import Operand, TileLoads
 from ..gemm.tile_spec import TileShape, TileSpec
 from .config import MMA_M, MMA_N, SCALE_DMA_BYTES, SCALE_SLOTS, WAVE_SIZE, ScaledGemmConfig, TileBytes
+from .pingpong import mx_pingpong
 from .pipeline import Schedule, interleave, mx_main_loop
 from .prefetch import PrefetchSchedule, PrefetchScaledMma, mx_prefetch_loop
 from .problem import MxFormat
@@ -124,12 +125,14 @@ class KernelSpec:
     def out_elem(self):
         return fx.Float16 if self.out_dtype == torch.float16 else fx.BFloat16
 
-    def tile_view(self, row_bytes: int) -> TileSpec:
+    def tile_view(self, row_bytes: int, waves: Optional[int] = None) -> TileSpec:
         """The toolkit's spec for the same output tile, waves and stages, with K tiles of
         ``row_bytes / 2`` bf16-sized units per row: what ``TileLoads`` (moving one operand's K
-        tile) and the epilogue (``rep_m``, ``c_vectors``, bias) read."""
+        tile) and the epilogue (``rep_m``, ``c_vectors``, bias) read. ``waves``: a loader view
+        for that many waves (one wave group of the ping-pong loop) instead of the workgroup's."""
         c = self.cfg
-        units = TileShape(c.block_m, c.block_n, row_bytes // UNIT_BYTES, c.m_waves, c.n_waves, c.stages)
+        mw, nw = (c.m_waves, c.n_waves) if waves is None else (1, waves)
+        units = TileShape(c.block_m, c.block_n, row_bytes // UNIT_BYTES, mw, nw, c.stages)
         return TileSpec(units, self.out_dtype, "row", "col", self.has_bias)
 
 
@@ -193,10 +196,14 @@ class StageLoads:
     """Issues the async DMAs of one K tile's A/B data into an LDS stage, and of one scale chunk
     (``chunk`` K tiles of A's and B's scales) into a scale slot."""
 
-    def __init__(self, spec: KernelSpec, tid, a: Operand, b: Operand, sa: ScaleOperand, sb: ScaleOperand, k_tiles):
+    def __init__(self, spec: KernelSpec, tid, a: Operand, b: Operand, sa: ScaleOperand, sb: ScaleOperand, k_tiles,
+                 waves: Optional[int] = None):
+        """``waves``: the DMAs are shared by that many waves (``tid`` counted among them: one wave
+        group of the ping-pong loop) instead of the workgroup's; the operands' ``iters`` match."""
         self.spec, self.tid, self.a, self.b, self.sa, self.sb = spec, tid, a, b, sa, sb
-        self.data_a = TileLoads(spec.tile_view(spec.tb.a_row), tid, a, a)
-        self.data_b = TileLoads(spec.tile_view(spec.tb.b_row), tid, b, b)
+        self.threads = spec.cfg.threads if waves is None else waves * WAVE_SIZE
+        self.data_a = TileLoads(spec.tile_view(spec.tb.a_row, waves), tid, a, a)
+        self.data_b = TileLoads(spec.tile_view(spec.tb.b_row, waves), tid, b, b)
         self.dma32 = fx.make_copy_atom(rocdl.cdna4.BufferLoadAsyncLDS32b(), 32)
         # LDS dword offset of this wave's first lane (a DMA writes lane l at base + 4*l).
         self.wave_dwords = rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE))
@@ -207,7 +214,7 @@ class StageLoads:
         """Scale chunk ``j``: ``Q = chunk * steps`` dwords (4 E8M0 bytes each) per row, row ``r``
         at slot dwords ``r*Q ..``. Dwords past K, rows past M/N and the padding lanes of the
         last round point past the buffer (zeros into slot dwords no one reads)."""
-        q, threads = self.spec.tb.chunk_dwords, self.spec.cfg.threads
+        q, threads = self.spec.tb.chunk_dwords, self.threads
         lds = s.smem + slot * s.slots + fx.Int32(self.wave_dwords)
         for i in range_constexpr(s.iters):
             idx = i * threads + self.tid
@@ -232,6 +239,19 @@ class StageLoads:
         """Scale chunk ``j`` of A and B into scale slot ``slot``."""
         self.load_scales(self.sa, j, slot)
         self.load_scales(self.sb, j, slot)
+
+    def load_a(self, kt, stage):
+        """K tile ``kt`` of A into LDS stage ``stage`` and its scales (chunks of one tile) into
+        slot ``stage``: the ping-pong loop's A group."""
+        cfg, tb = self.spec.cfg, self.spec.tb
+        self.data_a.load_tile(self.a, self.a.smem + stage * (cfg.block_m * tb.a_row // UNIT_BYTES), kt)
+        self.load_scales(self.sa, kt, stage)
+
+    def load_b(self, kt, stage):
+        """The same for B: the ping-pong loop's B group."""
+        cfg, tb = self.spec.cfg, self.spec.tb
+        self.data_b.load_tile(self.b, self.b.smem + stage * (cfg.block_n * tb.b_row // UNIT_BYTES), kt)
+        self.load_scales(self.sb, kt, stage)
 
 
 # ---- LDS -> registers and the scaled MFMA -------------------------------------------------------
@@ -277,34 +297,45 @@ class ScaledMma:
         self.b_row0 = (wave % cfg.n_waves) * MMA_N + lane % 16
 
     def _read_operand(self, smem_stage, layout, row, fmt: MxFormat, kk: int):
-        """One lane's MFMA operand for step ``kk``: vector<8xi32> (FP8) or vector<4xi32> (FP4)."""
+        """One lane's MFMA operand for step ``kk`` from tile row ``row`` (``tile_views``) of a
+        tile in ``fmt``: vector<8xi32> (FP8) or vector<4xi32> (FP4)."""
+        base, delta = row
+        units = fmt.row_bytes(self.spec.cfg.block_k) // UNIT_BYTES
         parts = []
         for byte in operand_chunks(fmt, self.g, kk, self.spec.cfg.steps):
-            off = fx.get_scalar(fx.crd2idx((row, byte // UNIT_BYTES), layout))
-            v = fx.ptr_load(smem_stage + off, result_type=fx.Vector.make_type(8, fx.Int16))
+            off = fx.get_scalar(fx.crd2idx((base, byte // UNIT_BYTES), layout))
+            v = fx.ptr_load(smem_stage + delta * units + off, result_type=fx.Vector.make_type(8, fx.Int16))
             parts.append(fx.Vector(v).bitcast(fx.Int32))
         if len(parts) == 1:
             return parts[0]
         return parts[0].shuffle(parts[1], list(range(8)))
 
     def _read_scales(self, s: ScaleOperand, slot, row, p: int):
-        """This lane's scale word for tile ``p`` of the chunk in ``slot``: bytes ``g*steps ..`` of
-        that tile's ``4 * steps`` scale bytes of its row, zero-extended (opsel picks byte ``kk``
-        at step ``kk``)."""
-        steps, q = self.spec.cfg.steps, self.spec.tb.chunk_dwords
+        """This lane's scale word for tile ``p`` of the chunk in ``slot``, tile row ``row``: bytes
+        ``g*steps ..`` of that tile's ``4 * steps`` scale bytes of its row, zero-extended (opsel
+        picks byte ``kk`` at step ``kk``)."""
+        base, delta = row
+        steps, chunk = self.spec.cfg.steps, self.spec.cfg.chunk
         unit = {1: fx.Int8, 2: fx.Int16, 4: fx.Int32}[steps]
         ptr = fx.recast_iter(unit, s.smem + slot * s.slots)
-        word = fx.ptr_load(ptr + ((row * q + p * steps) * 4 // steps + self.g))
+        # Row r's tile p starts at dword r * q + p * steps (q = chunk * steps dwords per row), unit
+        # (r * q + p * steps) * 4 / steps; the constant part is its own term (a ds_read offset).
+        word = fx.ptr_load(ptr + (delta * 4 * chunk + 4 * p) + (base * (4 * chunk) + self.g))
         return word if steps == 4 else word.to(fx.Int32)
 
     def tile_views(self, stage):
         """``(a_stage, b_stage, a_rows, b_rows)``: LDS stage ``stage``'s A and B tiles and the
-        tile rows of this lane's MFMA row (column) blocks."""
+        tile rows of this lane's MFMA row (column) blocks, each ``(base, delta)``: this lane's
+        first block row and a constant (a multiple of 16). With K-contiguous rows of >= 32
+        units, ``delta`` rows are a multiple of 512 units, which the XOR swizzle (offset bits
+        6..8 into 3..5) leaves alone, so every block's LDS offset is the first block's plus a
+        constant: one address register per operand run, the rest immediate offsets."""
         cfg, tb = self.spec.cfg, self.spec.tb
+        assert min(tb.a_row, tb.b_row) // UNIT_BYTES * MMA_M % 512 == 0
         a_stage = self.a.smem + stage * (cfg.block_m * tb.a_row // UNIT_BYTES)
         b_stage = self.b.smem + stage * (cfg.block_n * tb.b_row // UNIT_BYTES)
-        a_rows = [self.a_row0 + i * MMA_M * cfg.m_waves for i in range(self.rep_m)]
-        b_rows = [self.b_row0 + j * MMA_N * cfg.n_waves for j in range(self.rep_n)]
+        a_rows = [(self.a_row0, i * MMA_M * cfg.m_waves) for i in range(self.rep_m)]
+        b_rows = [(self.b_row0, j * MMA_N * cfg.n_waves) for j in range(self.rep_n)]
         return a_stage, b_stage, a_rows, b_rows
 
     def accumulate(self, i: int, j: int, kk: int, av, bv, sa, sb):
@@ -407,6 +438,8 @@ def build(spec: KernelSpec):
         if const_expr(cfg.prefetch):
             pmma = PrefetchScaledMma(mma)
             mx_prefetch_loop(spec.prefetch_schedule, loads, pmma, k_tiles)
+        elif const_expr(cfg.pingpong):
+            mx_pingpong(spec, tid, op_a, op_b, sc_a, sc_b, mma, k_tiles, StageLoads)
         else:
             mx_main_loop(spec.schedule, loads, mma, k_tiles)
         epilogue = spec.tile_view(tb.a_row)  # same output tile, waves and bias

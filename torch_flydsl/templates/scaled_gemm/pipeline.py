@@ -105,6 +105,12 @@ def interleave(dmas: int, mfmas: int):
     after the first run (LLVM's ``sched_group_barrier``, a hint: without it LLVM puts the DMAs in
     one burst ahead of the MFMAs)."""
     rocdl.sched_group_barrier(GROUP_DS_READ, 256, 0)
+    between_mfmas(dmas, mfmas)
+
+
+def between_mfmas(dmas: int, mfmas: int):
+    """Scheduling groups: ``dmas`` DMAs one at a time between runs of ``mfmas`` scaled MFMAs,
+    the first DMA after the first run (``sched_group_barrier``, a hint)."""
     runs = dmas + 1
     for i in range_constexpr(dmas):
         take = mfmas * (i + 1) // runs - mfmas * i // runs

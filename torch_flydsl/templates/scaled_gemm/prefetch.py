@@ -165,6 +165,11 @@ class PrefetchScaledMma:
                 self._store(r, self.b_base + (kk * m.rep_n + j) * self.b_words, v, self.b_words)
 
     def multiply(self, reg: int, dmas: int):
+        self.accumulate_set(reg)
+        interleave_reads_and_dmas(self.reads_per_tile, dmas, self.mfma_per_tile)
+
+    def accumulate_set(self, reg: int):
+        """acc += the tile in register set ``reg`` (its scaled MFMAs, no scheduling hint)."""
         m, cfg = self.mma, self.cfg
         r = self.regs[reg]
 
@@ -177,7 +182,6 @@ class PrefetchScaledMma:
                 for i in range_constexpr(m.rep_m):
                     av = vec(self.a_base + (kk * m.rep_m + i) * self.a_words, self.a_words)
                     m.accumulate(i, j, kk, av, bv, r[self.sa_base + i], r[self.sb_base + j])
-        interleave_reads_and_dmas(self.reads_per_tile, dmas, self.mfma_per_tile)
 
 
 def mx_prefetch_loop(sched: PrefetchSchedule, loads, mma: PrefetchScaledMma, k_tiles):

@@ -35,6 +35,8 @@ class ScaledGroupedConfig(ScaledGemmConfig):
             p.append("group_m must be 0 (tiles are assigned from the group offsets at run time)")
         if self.prefetch:
             p.append("prefetch must be 0 (the grouped kernel runs the plain pipeline)")
+        if self.pingpong:
+            p.append("pingpong must be 0 (the grouped kernel runs the plain pipeline)")
         return p
 
 
