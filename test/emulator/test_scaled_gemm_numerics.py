@@ -49,6 +49,14 @@ def test_extreme_scales_through_chunked_scale_slots():
     assert rep.ok, rep
 
 
+def test_extreme_scales_through_the_ping_pong_halves():
+    # The ping-pong loop stages each A half's and B's scales apart (A in two slot parts): codes 0
+    # and 254 through both parts over 5 K tiles, rows of A past the first half in both tiles.
+    cfg = ScaledGemmConfig.from_key("mx_m64n64k128_w2x2_s2_g0_pp")
+    rep = emulate_scaled(cfg, 100, 40, 5 * 128, ("e4m3", "e4m3"), scale_fn=complementary_extremes, seed=16)
+    assert rep.ok, rep
+
+
 @pytest.mark.parametrize("cfg, k", [(ScaledGemmConfig(32, 32, 128, 1, 2, 2), 256),
                                     pytest.param(ScaledGemmConfig(32, 32, 128, 1, 2, 3, 0, 4), 5 * 128,
                                                  marks=pytest.mark.slow)], ids=str)
