@@ -63,6 +63,7 @@ from flydsl.expr import gpu, range_constexpr, rocdl
 
 from ..dsl import dsl_control_flow
 from ..gemm.geometry import UNIT_BYTES
+from ..gemm.limits import DMA_BYTES
 from .config import WAVE_SIZE
 from .pipeline import between_mfmas
 
@@ -80,7 +81,8 @@ def _segment_barrier():
 class HalfTileMma:
     """The ping-pong loop's LDS reads and MFMAs on a ``ScaledMma`` (whose accumulators the
     epilogue reads): ``read(stage, h)`` returns this lane's registers for A half ``h`` (with
-    the B blocks when ``h == 0``); ``multiply(regs, b_regs)`` accumulates one half."""
+    the B blocks when ``h == 0``); ``multiply(h, regs, b_regs)`` accumulates half ``h`` (its
+    ``regs`` from ``read(stage, h)``, ``b_regs`` the B part that ``read(stage, 0)`` returned)."""
 
     def __init__(self, mma, sa_halves, sb):
         self.mma, self.cfg, self.spec = mma, mma.spec.cfg, mma.spec
@@ -127,8 +129,8 @@ def mx_pingpong(spec, tid, op_a, op_b, sc_a, sc_b, mma, k_tiles, stage_loads):
     half_rows = cfg.block_m // 2
     q = tb.chunk_dwords
     half_slot = -(-half_rows * q // threads) * threads  # dwords of one A half's scale slot part
-    a_iters = half_rows * tb.a_row // 16 // threads
-    b_iters = cfg.block_n * tb.b_row // 16 // threads
+    a_iters = half_rows * tb.a_row // DMA_BYTES // threads
+    b_iters = cfg.block_n * tb.b_row // DMA_BYTES // threads
     sa_iters = half_slot // threads
     sb_iters = -(-cfg.block_n * q // threads)
     b_op = replace(op_b, iters=b_iters)
