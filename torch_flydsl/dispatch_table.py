@@ -273,10 +273,12 @@ def parse(doc, where: str = "<table>") -> DispatchTable:
 
 
 def merge_into(path: Union[str, Path], entries: Iterable[Entry], mode: Optional[int] = None,
-               on_unusable: Optional[Callable[[TableError], None]] = None) -> DispatchTable:
+               on_unusable: Optional[Callable[[TableError], None]] = None,
+               prune: Optional[Callable[[list], list]] = None) -> DispatchTable:
     """Merge ``entries`` into the table file ``path`` (``DispatchTable.merged``), re-reading it
-    under its lock so that concurrent writers keep each other's entries. A file that is not a
-    usable table is replaced, after ``on_unusable(error)`` (default: raise the ``TableError``)."""
+    under its lock so that concurrent writers keep each other's entries; ``prune``: what to keep
+    of the file's old entries first (default: all). A file that is not a usable table is
+    replaced, after ``on_unusable(error)`` (default: raise the ``TableError``)."""
     from .deploy.files import update
 
     entries, target = list(entries), Path(path)
@@ -290,6 +292,8 @@ def merge_into(path: Union[str, Path], entries: Iterable[Entry], mode: Optional[
                 raise
             on_unusable(e)
             old = DispatchTable()
+        if prune is not None:
+            old = DispatchTable(prune(list(old.entries)), old.arch, old.path)
         result.append(old.merged(entries))
         return result[0].text()
 

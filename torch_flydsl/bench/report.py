@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-TIE_BAND = 0.01
+from ..deploy.verdict import TIE_BAND, outcome  # noqa: F401 - re-exported
 FLYDSL_MS = "flydsl_ms"
 
 
@@ -40,14 +40,6 @@ def speedup(row: dict, column: str, ours_column: str = FLYDSL_MS) -> Optional[fl
     """The baseline's time over FlyDSL's in ``row`` (None where either is missing or zero)."""
     ours, theirs = row.get(ours_column), row.get(column)
     return theirs / ours if ours and theirs else None
-
-
-def outcome(x: float, band: float = TIE_BAND) -> str:
-    if x > 1 + band:
-        return "win"
-    if x < 1 - band:
-        return "loss"
-    return "tie"
 
 
 @dataclass(frozen=True)
