@@ -71,7 +71,7 @@ KNOBS = (
     Knob("TORCH_FLYDSL_RUN_ONLY", "0", "1 (or true/yes/on): never compile a FlyDSL kernel at run time. Inductor offers only configs the cache's manifest.json lists; an eager or vLLM call whose kernel is missing keeps PyTorch's (vLLM's) path, with the reason at debug level."),
     Knob("TORCH_FLYDSL_COMPILE_TIMEOUT", "600", "Seconds one FlyDSL compile may take in its worker process (every compile the plugin starts runs in one, so an LLVM abort cannot kill yours); past it the worker is killed and that kernel is declined with the reason."),
     Knob("TORCH_FLYDSL_RECORD_SHAPES", "", "FILE: record every GEMM shape that reaches the plugin (Inductor nodes offered FlyDSL, vLLM re-route calls) and merge them into FILE, a `precompile` shapes spec, at process exit."),
-    Knob("TORCH_FLYDSL_RECORD_WINNERS", "", "FILE: every mm/addmm Inductor autotunes in this process where a FlyDSL config wins becomes a dispatch-table entry (source inductor), merged into FILE at exit."),
+    Knob("TORCH_FLYDSL_RECORD_WINNERS", "", "FILE: every mm/addmm Inductor autotunes in this process where a FlyDSL config beats the fastest other choice by more than 1% becomes a dispatch-table entry (source inductor); a tie, a loss or a sub-roofline time writes none and drops the shape's old entries; merged into FILE as found and at exit."),
     Knob("TORCH_FLYDSL_DISPATCH_TABLE", "", "Path of a per-shape dispatch table (JSON; see docs/deployment.md, \"Dispatch tables\") that picks the FlyDSL config for callers without Inductor (the vLLM re-route). Unset: $TORCH_FLYDSL_CACHE_DIR/dispatch_table.json when that file exists."),
     Knob(
         "TORCH_FLYDSL_VLLM",
