@@ -132,8 +132,12 @@ class Verdict:
 def judge(ours: Timed, baseline: Timed, aten: Optional[Timed] = None, ours_vs_aten: Optional[Timed] = None,
           work: Optional[Work] = None, warm: bool = True, band: float = TIE_BAND) -> Verdict:
     """Rules 2-4 of the module docstring for one shape (``ours_vs_aten``: FlyDSL's time to set
-    against ATen's where it differs from ``ours``, e.g. the GEMM without vLLM's quantizer)."""
+    against ATen's where it differs from ``ours``, e.g. the GEMM without vLLM's quantizer). A time
+    that is not positive is bogus whether or not ``work`` gives a roofline."""
     vs_aten = ours_vs_aten or ours
+    if ours.ms <= 0 or baseline.ms <= 0:
+        return Verdict(False, True, f"bogus timing: {ours.label} {ours.ms:.4g} ms, {baseline.label} "
+                                    f"{baseline.ms:.4g} ms (a time must be positive)")
     if work is not None:
         timed = [ours, baseline, *([aten, vs_aten] if aten is not None else [])]
         why = bogus(dict.fromkeys(timed), work, warm)
@@ -154,7 +158,6 @@ def judge(ours: Timed, baseline: Timed, aten: Optional[Timed] = None, ours_vs_at
 
 def undecided(reason: str) -> Verdict:
     return Verdict(False, False, reason)
-
 
 
 def pruned(old: Iterable, decided: set, by_bias: bool = False) -> list:

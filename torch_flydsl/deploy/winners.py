@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 ENV = "TORCH_FLYDSL_RECORD_WINNERS"
 _lock = threading.Lock()
 _installed_for: Optional[str] = None
-_entries: dict = {}  # (op, dtype, layout, bias, m, n, k, groups) -> Entry: the shapes FlyDSL won
+_entries: dict = {}  # (op, dtype, layout, bias, n, k, groups, m) -> Entry: the shapes FlyDSL won
 _decided: set = set()  # (op, dtype, layout, bias, n, k, groups, m): the shapes it did not win
 _unsaved = False  # a finding was added or replaced since the last save began
 
@@ -109,18 +109,16 @@ def note(timings: dict, name: str, metas: list[Optional[TensorMeta]]) -> None:
     work = verdict.dense_work(shape.m, shape.n, shape.k, dtype) if not groups and dtype in verdict.OPERANDS else None
     # warm: Inductor times back-to-back calls, so the lower (Infinity Cache) bound is the safe one.
     mine, theirs = verdict.Timed(f"FlyDSL {config}", ours[best]), verdict.Timed(_label(rival), others[rival])
-    v = (verdict.judge(mine, theirs, work=work, warm=True) if mine.ms > 0 and theirs.ms > 0 else
-         verdict.Verdict(False, True, f"bogus timing: {mine.label} {mine.ms:.4g} ms, {theirs.label} {theirs.ms:.4g} ms "
-                                      "(a time must be positive)"))
-    key = (op, dtype, layout, bias, shape.m, shape.n, shape.k, groups)
+    v = verdict.judge(mine, theirs, work=work, warm=True)
+    key = (op, dtype, layout, bias, shape.n, shape.k, groups, shape.m)  # verdict.pruned's (weight, M), by bias
     with _lock:
         if v.win:
             _entries[key] = Entry(op, dtype, layout, bias, shape.m, shape.n, shape.k, config, "inductor",
                                   round(ours[best] * 1e3, 3), groups)
-            _decided.discard((op, dtype, layout, bias, shape.n, shape.k, groups, shape.m))
+            _decided.discard(key)
         else:
             _entries.pop(key, None)
-            _decided.add((op, dtype, layout, bias, shape.n, shape.k, groups, shape.m))
+            _decided.add(key)
         _unsaved = True
     log.info("%s: %s: %s: %s", ENV, where, "entry" if v.win else "no entry", v.reason)
     at_exit.soon(ENV)
